@@ -1,0 +1,37 @@
+# Two entry points: `make demo` and `make test`. Both create .venv on first use and install the
+# pinned stack (torch first: an unpinned torch would pull a multi-GB CUDA build).
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+export WANDB_MODE ?= offline
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test test-fast bench setup clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/docmt demo
+
+test: $(STAMP)
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m "not slow"
+
+bench: $(STAMP)
+	$(BIN)/docmt bench
+
+clean:
+	rm -rf $(VENV) .cache runs results
