@@ -1,0 +1,36 @@
+"""The batch contract between the DataModule and every model.
+
+A batch is a `dict[str, Tensor]` (all int64, right-padded with `PAD_ID`):
+
+| key            | shape       | content |
+|----------------|-------------|---------|
+| `src`          | (B, S)      | current source sentence ids followed by `<eos>` |
+| `tgt_in`       | (B, T)      | `<bos>` + target ids (teacher forcing input) |
+| `tgt_out`      | (B, T)      | target ids + `<eos>` (loss targets; PAD is ignored) |
+| `ctx_src`      | (B, C)      | the k previous source sentences, oldest first, joined by `<sep>` (or nothing when `context.separator=false`), always ending in `<eos>`; an empty context (first sentence of a document) is the single token `<eos>` (Zhang's reference pipeline, reading Z4) |
+| `ctx_src_seg`  | (B, C)      | segment id of every `ctx_src` token: the distance of its sentence from the current one (1 = immediately previous, k = oldest); the final `<eos>` gets 1 (0 for an empty context); PAD positions are 0 |
+| `ctx_next`     | (B, N)      | the m next source sentences, nearest first, same layout as `ctx_src` (segment ids in `ctx_next_seg`) |
+| `ctx_tgt`      | (B, U)      | the k previous *reference* target sentences, same layout (segment ids in `ctx_tgt_seg`) |
+| `sent_index`   | (B,)        | global index of the sentence inside its split (for gathering hypotheses in order) |
+| `doc_index`    | (B,)        | index of its document inside the split |
+| `pos_in_doc`   | (B,)        | 0-based position of the sentence inside its document |
+
+`ctx_*` keys are present only when the corresponding context size is > 0. In document-order mode
+(`data.document_order=true`) a batch holds sentence j of up to `max_documents` documents, so a model
+with target-side context can carry its state from batch to batch; `doc_index` tells which document
+each row belongs to.
+
+Context truncation: when a context side exceeds `context.max_tokens`, the oldest tokens are removed
+first (from the left of `ctx_src` and `ctx_tgt`, from the right of `ctx_next`), the final `<eos>` kept.
+"""
+
+from __future__ import annotations
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+SEP_ID = 4
+SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>", "<sep>")
+
+CONTEXT_KEYS = ("ctx_src", "ctx_next", "ctx_tgt")

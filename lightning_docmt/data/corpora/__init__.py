@@ -1,0 +1,86 @@
+"""Corpus specs -> `Corpus` (DESIGN.md section 5).
+
+A corpus spec is a string `PREFIX:ARGS` usable in YAML and on the command line:
+`bible:en-fr`, `synthetic:NAME`, `jsonl:PATH`, `iwslt:SRC.xml,TGT.xml`, `maruf:SRC.txt,TGT.txt`,
+`text:SRC,TGT,DOCIDS`. Each reader module registers itself with `@register_reader(prefix)` and
+provides `read(args) -> Corpus` and `fingerprint(args) -> str` (a cheap content hash used to key the
+vocabulary and binarized caches).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from lightning_docmt.data.types import Corpus
+from lightning_docmt.errors import DocMTInputError
+
+
+@dataclass(frozen=True)
+class Reader:
+    read: Callable[[str], Corpus]
+    fingerprint: Callable[[str], str]
+    help: str
+
+
+READERS: dict[str, Reader] = {}
+_READER_MODULES = ("jsonl", "bible", "wit3", "maruf", "text", "synthetic")
+
+
+def register_reader(prefix: str, *, fingerprint: Callable[[str], str], help: str):
+    """Class-free registration: decorate the module's `read(args) -> Corpus`."""
+
+    def wrap(read: Callable[[str], Corpus]):
+        READERS[prefix] = Reader(read=read, fingerprint=fingerprint, help=help)
+        return read
+
+    return wrap
+
+
+def _load_readers() -> None:
+    for name in _READER_MODULES:
+        importlib.import_module(f"lightning_docmt.data.corpora.{name}")
+
+
+def parse_spec(spec: str) -> tuple[Reader, str]:
+    _load_readers()
+    prefix, sep, args = spec.partition(":")
+    if not sep or prefix not in READERS:
+        close = difflib.get_close_matches(prefix, READERS, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise DocMTInputError(
+            f"unknown corpus spec '{spec}'{hint}; expected one of: "
+            + ", ".join(f"{p}:{READERS[p].help}" for p in sorted(READERS))
+        )
+    return READERS[prefix], args
+
+
+def read_corpus(spec: str) -> Corpus:
+    """Read and validate a corpus. Raises DocMTInputError naming file/line/doc on bad input."""
+    reader, args = parse_spec(spec)
+    corpus = reader.read(args)
+    corpus.spec = spec
+    return corpus
+
+
+def corpus_fingerprint(spec: str) -> str:
+    """A short hash of the corpus content (and reader version) without parsing it fully."""
+    reader, args = parse_spec(spec)
+    return hashlib.sha256(f"{spec}\0{reader.fingerprint(args)}".encode()).hexdigest()[:16]
+
+
+def hash_files(*paths: str | Path, extra: str = "") -> str:
+    """sha256 over the bytes of the given files (missing files raise a clear error)."""
+    h = hashlib.sha256(extra.encode())
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            raise DocMTInputError("no such file", path=path)
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()

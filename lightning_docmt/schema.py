@@ -1,0 +1,165 @@
+"""Configuration schema: the dataclasses behind every experiment YAML.
+
+OmegaConf turns these into structured configs in struct mode, so an unknown key or a wrong type fails
+at compose time (see `config.compose`). Architecture configs subclass `ModelConfig` inside their
+`models/<arch>.py` and are merged in by the registry; the shared size names (`d_model`, `heads`,
+`ffn_dim`, `enc_layers`, `dec_layers`, `dropout`) are the same in every arch so that a profile
+can shrink any of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class VocabConfig:
+    """Subword or word vocabulary (DESIGN.md section 5)."""
+
+    type: str = "bpe"  # bpe | unigram | word
+    size: int = 8000  # sentencepiece vocab size, or the word-vocabulary cap (incl. specials)
+    joint: bool = True  # one vocabulary for both sides (needed for tied src/tgt embeddings)
+    character_coverage: float = 1.0
+    max_train_sentences: int = 2_000_000  # sentencepiece input_sentence_size (seeded sample)
+    lowercase: bool = False
+
+
+@dataclass
+class ContextConfig:
+    """Document windows around sentence i (DESIGN.md section 5)."""
+
+    prev_sentences: int = 0  # k previous source sentences
+    next_sentences: int = 0  # m next source sentences
+    side: str = "source"  # source | target | mix  (target: k previous target sentences)
+    max_tokens: int = 256  # cap on context tokens per side; the oldest context is cut first
+    separator: bool = True  # <sep> between context sentences (Zhang's reference: False, reading Z4)
+
+
+@dataclass
+class DataConfig:
+    """Corpora and batching.
+
+    `corpus` is a corpus spec whose own split (train/valid/test) is used; `train`/`valid`/`test`
+    override a split with another spec (e.g. Zhang two-step: step 1 on all pairs, step 2 on documents).
+    """
+
+    corpus: str = "bible:en-fr"
+    train: Optional[str] = None
+    valid: Optional[str] = None
+    test: Optional[str] = None
+    max_len: int = 250  # sentences with more subword tokens on either side are filtered and counted
+    max_len_ratio: float = 0.0  # >0: also filter pairs whose length ratio exceeds it (counted)
+    max_tokens: int = 4096  # token budget of one batch (padded source + context + target)
+    eval_max_tokens: int = 8192
+    bucket_width: int = 0  # 0 = sort exactly by length inside a pool; >0 = bucket granularity
+    num_workers: int = 0
+    document_order: bool = False  # yield the sentences of each document in order (target context)
+    cache_dir: str = ".cache/docmt"
+    train_fraction: float = 1.0  # use only the first fraction of training documents (ablations)
+
+
+@dataclass
+class ModelConfig:
+    """Shared size names; each architecture subclasses this with its own options."""
+
+    arch: str = "transformer"
+    d_model: int = 512
+    heads: int = 8
+    ffn_dim: int = 2048
+    enc_layers: int = 6
+    dec_layers: int = 6
+    dropout: float = 0.1
+    attn_dropout: float = 0.0
+    relu_dropout: float = 0.0
+    pre_norm: bool = False  # the papers are post-LN
+    share_embeddings: bool = True  # tie source and target embeddings (needs a joint vocabulary)
+    tie_output: bool = True  # tie the target embedding and the output projection W_o
+    max_positions: int = 1024
+
+
+@dataclass
+class OptimConfig:
+    """Adam + warmup schedule (DESIGN.md section 7)."""
+
+    lr: float = 1.0  # inverse_sqrt: multiplier of d_model^-0.5 * min(t^-0.5, t*w^-1.5); else peak lr
+    schedule: str = "inverse_sqrt"  # inverse_sqrt | linear_warmup_inverse_sqrt | constant
+    warmup_steps: int = 4000
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: float = 0.0
+
+
+@dataclass
+class StageConfig:
+    """One stage of a multi-stage run: one `trainer.fit` (DESIGN.md section 7)."""
+
+    arch: Optional[str] = None  # None: model.arch; e.g. stage 1 of Zhang's two-step is a transformer
+    data: dict[str, Any] = field(default_factory=dict)  # overrides of `data.*` for this stage
+    trainable: list[str] = field(default_factory=lambda: ["*"])  # parameter-name globs
+    init_from: Optional[str] = None  # a previous stage name or a checkpoint path
+    max_steps: int = -1
+    max_epochs: Optional[int] = None
+    lr: Optional[float] = None
+    continue_schedule: bool = False  # continue the lr schedule from init_from's step (reading Z9)
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 1
+    stages: dict[str, StageConfig] = field(default_factory=lambda: {"main": StageConfig()})
+    schedule: list[str] = field(default_factory=lambda: ["main"])
+    max_steps: int = -1
+    max_epochs: Optional[int] = None
+    max_time_minutes: Optional[float] = None
+    val_every_steps: Optional[int] = None
+    early_stop_patience: int = 0  # 0: off
+    accumulate: int = 1
+    precision: str = "auto"  # auto: bf16-mixed on CUDA with bf16 support, else 32-true
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+
+@dataclass
+class DecodeConfig:
+    beam: int = 4
+    len_penalty: float = 0.6  # GNMT alpha
+    max_len_a: float = 1.2  # max target length = a * source length + b
+    max_len_b: int = 10
+    batch_max_tokens: int = 8192
+
+
+@dataclass
+class EvalConfig:
+    tokenize: str = "13a"
+    lowercase: bool = False  # case-insensitive BLEU (Zhang, Li & Feng)
+    valid_bleu: bool = True
+    valid_beam: int = 1  # greedy validation BLEU by default (cheap); test uses decode.beam
+    contrastive: list[str] = field(default_factory=list)  # contrastive suites evaluated at test
+
+
+@dataclass
+class LoggingConfig:
+    wandb: bool = True
+    project: str = "lightning_docmt"
+    group: Optional[str] = None
+    name: Optional[str] = None
+    tags: list[str] = field(default_factory=list)
+    runs_dir: str = "runs"
+
+
+@dataclass
+class RunConfig:
+    """The root of every resolved config."""
+
+    profile: Optional[str] = None
+    data: DataConfig = field(default_factory=DataConfig)
+    vocab: VocabConfig = field(default_factory=VocabConfig)
+    context: ContextConfig = field(default_factory=ContextConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    trainer: dict[str, Any] = field(default_factory=dict)  # free dict passed to pl.Trainer
