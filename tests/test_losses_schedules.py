@@ -1,0 +1,61 @@
+import math
+
+import pytest
+import torch
+
+from lightning_docmt.losses import label_smoothed_nll
+from lightning_docmt.schedules import lr_at, lr_lambda
+
+
+def approx(x):
+    return pytest.approx(x, rel=1e-6)
+
+
+def test_label_smoothing_matches_hand_computation():
+    # Two positions, vocab 3, second position is padding (pad id 0).
+    logits = torch.tensor([[[1.0, 2.0, 0.5], [0.3, 0.1, 0.2]]])
+    target = torch.tensor([[1, 0]])
+    loss, nll, ntok = label_smoothed_nll(logits, target, eps=0.1, pad_id=0)
+    z = math.log(math.exp(1.0) + math.exp(2.0) + math.exp(0.5))
+    lp = [1.0 - z, 2.0 - z, 0.5 - z]
+    expected_nll = -lp[1]
+    expected = 0.9 * -lp[1] + 0.1 / 2 * (-lp[0] - lp[2])
+    assert ntok.item() == 1
+    assert nll.item() == approx(expected_nll)
+    assert loss.item() == approx(expected)
+
+
+def test_no_smoothing_equals_cross_entropy():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 7)
+    target = torch.randint(1, 7, (2, 5))
+    target[1, 3:] = 0
+    loss, nll, ntok = label_smoothed_nll(logits, target, eps=0.0, pad_id=0)
+    ref = torch.nn.functional.cross_entropy(logits.view(-1, 7), target.view(-1), ignore_index=0,
+                                            reduction="sum")
+    assert torch.allclose(loss, ref) and torch.allclose(nll, ref)
+    assert ntok.item() == 8
+
+
+def test_inverse_sqrt_schedule_values():
+    d, w = 512, 4000
+    assert lr_at(1, schedule="inverse_sqrt", lr=1.0, warmup=w, d_model=d) == approx(
+        d ** -0.5 * w ** -1.5)
+    peak = lr_at(w, schedule="inverse_sqrt", lr=1.0, warmup=w, d_model=d)
+    assert peak == approx(d ** -0.5 * w ** -0.5)
+    assert lr_at(4 * w, schedule="inverse_sqrt", lr=1.0, warmup=w, d_model=d) == approx(peak / 2)
+
+
+def test_linear_warmup_schedule_and_offset():
+    f = lr_lambda(schedule="linear_warmup_inverse_sqrt", lr=5e-4, warmup=100, d_model=512)
+    assert f(0) == approx(5e-4 / 100)
+    assert f(99) == approx(5e-4)
+    assert f(399) == approx(5e-4 * 0.5)
+    g = lr_lambda(schedule="linear_warmup_inverse_sqrt", lr=5e-4, warmup=100, d_model=512,
+                  step_offset=300)
+    assert g(99) == approx(f(399))
+
+
+def test_unknown_schedule_rejected():
+    with pytest.raises(ValueError, match="unknown lr schedule"):
+        lr_lambda(schedule="cosine", lr=1.0, warmup=1, d_model=8)
