@@ -1,0 +1,108 @@
+"""`docmt`: the command-line entry point (DESIGN.md section 9).
+
+Every sub-command turns bad input (`DocMTInputError`) into one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+from lightning_docmt.errors import DocMTInputError
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+
+def command(name: str):
+    def wrap(fn: Callable[[argparse.Namespace], int]):
+        COMMANDS[name] = fn
+        return fn
+
+    return wrap
+
+
+def _environment_defaults() -> None:
+    os.environ.setdefault("WANDB_MODE", "offline")  # wandb never blocks on the network
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="docmt", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("stats", help="corpus statistics of a corpus spec")
+    p.add_argument("spec")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("prepare", help="build vocabulary + binarized cache; print JSON stats")
+    p.add_argument("config")
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--profile")
+
+    p = sub.add_parser("fit", help="train every stage of one run; print the run dir")
+    p.add_argument("config", help="an experiment/table YAML or a run's config.yaml")
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--row", help="a row of a table YAML")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--profile")
+
+    p = sub.add_parser("test", help="metrics of a trained run on its test set")
+    p.add_argument("run", help="a run directory or its config.yaml")
+    p.add_argument("--ckpt")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("translate", help="translate JSONL documents or plain text")
+    p.add_argument("--ckpt", required=True)
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--beam", type=int)
+    p.add_argument("--lenpen", type=float)
+
+    p = sub.add_parser("contrastive", help="contrastive accuracy of a checkpoint on a suite")
+    p.add_argument("--ckpt", required=True)
+    p.add_argument("--suite", required=True)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("table", help="run the rows of a table YAML")
+    p.add_argument("table")
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--rows", default="all")
+    p.add_argument("--seeds")
+    p.add_argument("--profile")
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--results", default="results")
+
+    p = sub.add_parser("demo", help="the demo table on the Bible corpus at the cpu profile")
+    p.add_argument("--quick", action="store_true")
+
+    p = sub.add_parser("bench", help="benchmarks; print measured ratios")
+    p.add_argument("--json")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    _environment_defaults()
+    args = build_parser().parse_args(argv)
+    from lightning_docmt import commands  # noqa: F401  (registers the sub-commands)
+
+    try:
+        return COMMANDS[args.command](args)
+    except DocMTInputError as err:
+        print(f"docmt {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+def print_json(obj: object, path: Path | None = None) -> None:
+    text = json.dumps(obj, indent=1, sort_keys=False)
+    if path is not None:
+        path.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

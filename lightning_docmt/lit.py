@@ -1,0 +1,175 @@
+"""`DocMTModule`: the LightningModule shared by every architecture (DESIGN.md section 7).
+
+An architecture file defines its `nn.Module` (implementing `nn.seq2seq` 's interface) and a thin
+subclass that only says how to build it:
+
+    @register_arch("transformer", TransformerConfig)
+    class TransformerModule(DocMTModule):
+        def build_model(self, model_cfg, src_vocab_size, tgt_vocab_size):
+            return TransformerSeq2Seq(model_cfg, src_vocab_size, tgt_vocab_size)
+
+The shared recipe: label-smoothed cross entropy, Adam with the schedules of `schedules.py`
+(continuable across stages), validation loss and BLEU over the *whole* validation set with
+hypotheses gathered from every rank before scoring (per-rank BLEU averaged is not corpus BLEU,
+DESIGN.md section 12), and test metrics (BLEU with its sacreBLEU signature, chrF, document BLEU).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_docmt import decoding, metrics
+from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.losses import label_smoothed_nll
+from lightning_docmt.schedules import lr_lambda
+
+
+class DocMTModule(pl.LightningModule):
+    """Shared training/evaluation logic; subclasses implement `build_model`."""
+
+    def __init__(self, config: dict[str, Any], src_vocab_size: int, tgt_vocab_size: int,
+                 step_offset: int = 0, lr_override: float | None = None):
+        super().__init__()
+        self.save_hyperparameters()
+        self.cfg: DictConfig = OmegaConf.create(config)
+        self.model = self.build_model(self.cfg.model, src_vocab_size, tgt_vocab_size)
+        self.step_offset = step_offset
+        self.lr_override = lr_override
+        self.output_dir: Path | None = None  # where test hypotheses and signatures are written
+        self._eval_records: list[tuple[int, int, str]] = []  # (sent_index, doc_index, hypothesis)
+        self._eval_sums = torch.zeros(3)  # loss sum, nll sum, target tokens
+
+    # ------------------------------------------------------------------ subclass hook
+    def build_model(self, model_cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int
+                    ) -> torch.nn.Module:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ training
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(batch)
+
+    def _loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits = self.model(batch)  # (B, T, V)
+        return label_smoothed_nll(logits, batch["tgt_out"], self.cfg.train.optim.label_smoothing,
+                                  PAD_ID)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss_sum, nll_sum, ntok = self._loss(batch)
+        ntok_f = ntok.clamp(min=1).float()
+        loss = loss_sum / ntok_f
+        bsz = int(batch["src"].size(0))
+        self.log("train/loss", loss, prog_bar=True, batch_size=bsz)
+        self.log("train/nll", nll_sum / ntok_f, batch_size=bsz)
+        self.log("train/tokens", ntok_f, reduce_fx="sum", batch_size=bsz)
+        return loss
+
+    def configure_optimizers(self):
+        optim_cfg = self.cfg.train.optim
+        params = [p for p in self.parameters() if p.requires_grad]  # frozen params stay out
+        optimizer = torch.optim.Adam(params, lr=1.0, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
+                                     weight_decay=optim_cfg.weight_decay)
+        lr = self.lr_override if self.lr_override is not None else optim_cfg.lr
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lr_lambda(schedule=optim_cfg.schedule, lr=lr, warmup=optim_cfg.warmup_steps,
+                      d_model=self.cfg.model.d_model, step_offset=self.step_offset),
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # ------------------------------------------------------------------ evaluation
+    def on_validation_epoch_start(self) -> None:
+        self._reset_eval()
+
+    def on_test_epoch_start(self) -> None:
+        self._reset_eval()
+
+    def _reset_eval(self) -> None:
+        self._eval_records = []
+        self._eval_sums = torch.zeros(3, device=self.device)
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        beam = self.cfg.eval.valid_beam if self.cfg.eval.valid_bleu else 0
+        self._eval_step(batch, beam=beam)
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, beam=self.cfg.decode.beam)
+
+    def _eval_step(self, batch: dict[str, torch.Tensor], beam: int) -> None:
+        loss_sum, nll_sum, ntok = self._loss(batch)
+        self._eval_sums += torch.stack([loss_sum.detach(), nll_sum.detach(), ntok.float()])
+        if beam <= 0:
+            return
+        vocab = self.trainer.datamodule.tgt_vocab
+        for sent, doc, ids in zip(batch["sent_index"].tolist(), batch["doc_index"].tolist(),
+                                  self.translate_batch(batch, beam=beam)):
+            self._eval_records.append((sent, doc, vocab.decode(ids)))
+
+    @torch.no_grad()
+    def translate_batch(self, batch: dict[str, torch.Tensor], beam: int) -> list[list[int]]:
+        """Best hypothesis token ids (no bos/eos) for every sentence of the batch."""
+        dec = self.cfg.decode
+        if beam == 1:
+            results = decoding.greedy_search(self.model, batch, max_len_a=dec.max_len_a,
+                                             max_len_b=dec.max_len_b)
+        else:
+            results = decoding.beam_search(self.model, batch, beam=beam, len_penalty=dec.len_penalty,
+                                           max_len_a=dec.max_len_a, max_len_b=dec.max_len_b)
+        return [r.tokens for r in results]
+
+    def on_validation_epoch_end(self) -> None:
+        self._finish_eval("val", "valid", with_bleu=self.cfg.eval.valid_bleu)
+
+    def on_test_epoch_end(self) -> None:
+        self._finish_eval("test", "test", with_bleu=True)
+
+    def _finish_eval(self, prefix: str, split: str, with_bleu: bool) -> None:
+        sums = self.trainer.strategy.reduce(self._eval_sums, reduce_op="sum")
+        loss_sum, nll_sum, ntok = sums.tolist()
+        ntok = max(ntok, 1.0)
+        log = {f"{prefix}/loss": loss_sum / ntok, f"{prefix}/nll": nll_sum / ntok,
+               f"{prefix}/ppl": math.exp(min(nll_sum / ntok, 50.0))}
+        if with_bleu and not self.trainer.sanity_checking:
+            log.update(self._corpus_scores(prefix, split))
+        for key, value in log.items():
+            self.log(key, value, prog_bar=key.endswith(("bleu", "loss")), rank_zero_only=False,
+                     sync_dist=False)
+
+    def _gather_records(self) -> list[tuple[int, int, str]]:
+        records = self._eval_records
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            gathered: list[Any] = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, records)
+            records = [r for part in gathered for r in part]
+        unique = {sent: (sent, doc, hyp) for sent, doc, hyp in records}  # eval shards are disjoint
+        return [unique[k] for k in sorted(unique)]
+
+    def _corpus_scores(self, prefix: str, split: str) -> dict[str, float]:
+        records = self._gather_records()
+        refs = self.trainer.datamodule.references(split)
+        if len(records) != len(refs):
+            raise RuntimeError(f"{split}: gathered {len(records)} hypotheses for {len(refs)} references")
+        hyps = [hyp for _, _, hyp in records]
+        docs = [doc for _, doc, _ in records]
+        ev = self.cfg.eval
+        bleu = metrics.corpus_bleu(hyps, refs, tokenize=ev.tokenize, lowercase=ev.lowercase)
+        scores = {f"{prefix}/bleu": bleu.score}
+        if prefix == "test":
+            scores[f"{prefix}/chrf"] = metrics.corpus_chrf(hyps, refs).score
+            scores[f"{prefix}/dbleu"] = metrics.doc_bleu(hyps, refs, docs, tokenize=ev.tokenize,
+                                                         lowercase=ev.lowercase).score
+            self._write_eval_outputs(split, hyps, bleu.signature)
+        return scores
+
+    def _write_eval_outputs(self, split: str, hyps: list[str], signature: str) -> None:
+        if self.output_dir is None or not self.trainer.is_global_zero:
+            return
+        out_dir = Path(self.output_dir)
+        (out_dir / f"{split}.hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        (out_dir / f"{split}.signature.json").write_text(json.dumps({"bleu": signature}) + "\n")

@@ -1,0 +1,197 @@
+"""Run orchestration: every stage of one run is one `trainer.fit` (DESIGN.md section 7).
+
+`fit_run(cfg)` creates the run directory (with the resolved `config.yaml`), runs the stages listed in
+`train.schedule`, then tests the final model and writes `metrics.json`.
+
+Stage reuse: a stage is keyed by a hash of everything that determines its weights (data, vocabulary,
+context, the stage's architecture and sizes, optimisation, seed, the stage's own settings and the key
+of the stage it starts from). Its final checkpoint is stored under `<data.cache_dir>/stages/<key>/`;
+a later run (another table row, another seed of the same stage-1) reuses it instead of training again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_docmt import config as config_lib
+from lightning_docmt.data.datamodule import DocumentWindowDataModule
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.lit import DocMTModule
+from lightning_docmt.registry import get_arch
+from lightning_docmt.trainer_factory import build_trainer
+
+STAGE_FORMAT_VERSION = 1
+
+
+@dataclass
+class StageResult:
+    name: str
+    key: str
+    checkpoint: Path
+    global_step: int
+    reused: bool
+
+
+def stage_config(cfg: DictConfig, name: str) -> DictConfig:
+    """The run config as seen by one stage: stage arch and data overrides applied."""
+    if name not in cfg.train.stages:
+        raise DocMTInputError(f"stage '{name}' is not defined in train.stages "
+                              f"({', '.join(cfg.train.stages)})", key="train.schedule")
+    stage = cfg.train.stages[name]
+    overrides = [f"data.{k}={v}" for k, v in stage.data.items()]
+    if stage.arch is not None:
+        overrides.append(f"model.arch={stage.arch}")
+    scfg = config_lib.apply_overrides(cfg, overrides, source=f"train.stages.{name}")
+    return scfg
+
+
+def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
+    stage = scfg.train.stages[name]
+    payload = {
+        "version": STAGE_FORMAT_VERSION,
+        "data": scfg.data, "vocab": scfg.vocab, "context": scfg.context, "model": scfg.model,
+        "optim": scfg.train.optim, "seed": scfg.train.seed, "stage": stage,
+        "limits": {k: scfg.train[k] for k in ("max_steps", "max_epochs", "max_time_minutes",
+                                                 "accumulate", "val_every_steps")},
+        "trainer": scfg.trainer, "parent": parent_key,
+    }
+    payload["data"] = {k: v for k, v in OmegaConf.to_container(scfg.data).items()
+                       if k not in ("num_workers", "cache_dir")}
+    return config_lib.config_hash(payload)
+
+
+def build_module(scfg: DictConfig, datamodule: DocumentWindowDataModule, step_offset: int = 0,
+                 lr_override: float | None = None) -> DocMTModule:
+    entry = get_arch(scfg.model.arch)
+    return entry.module_class(OmegaConf.to_container(scfg, resolve=True),
+                              len(datamodule.src_vocab), len(datamodule.tgt_vocab),
+                              step_offset=step_offset, lr_override=lr_override)
+
+
+def load_weights(module: DocMTModule, checkpoint: Path) -> dict[str, list[str]]:
+    """Initialise from another stage: new parameters may be missing, nothing may be unexpected."""
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
+    own = module.state_dict()
+    mismatched = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
+    unexpected = [k for k in state if k not in own]
+    if mismatched or unexpected:
+        raise DocMTInputError(f"cannot initialise from {checkpoint}: unexpected {unexpected[:5]}, "
+                              f"shape mismatch {mismatched[:5]}", key="init_from")
+    result = module.load_state_dict(state, strict=False)
+    return {"missing": list(result.missing_keys)}
+
+
+def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, StageResult]
+              ) -> StageResult:
+    scfg = stage_config(cfg, name)
+    stage = scfg.train.stages[name]
+    init = previous.get(stage.init_from) if stage.init_from in previous else None
+    if stage.init_from is not None and init is None and not Path(stage.init_from).is_file():
+        raise DocMTInputError(f"init_from '{stage.init_from}' is neither an earlier stage nor a "
+                              f"checkpoint file", key=f"train.stages.{name}.init_from")
+    parent_key = init.key if init else (stage.init_from or "")
+    key = stage_key(scfg, name, parent_key)
+    store = Path(scfg.data.cache_dir) / "stages" / key
+    done = store / "done.json"
+    if done.is_file():
+        info = json.loads(done.read_text())
+        print(f"[docmt] stage '{name}': reusing {store} (trained before with the same config)")
+        return StageResult(name, key, store / "final.ckpt", info["global_step"], reused=True)
+
+    pl.seed_everything(scfg.train.seed, workers=True)
+    datamodule = DocumentWindowDataModule(scfg.data, scfg.vocab, scfg.context)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    init_ckpt = init.checkpoint if init else (Path(stage.init_from) if stage.init_from else None)
+    step_offset = init.global_step if (init and stage.continue_schedule) else 0
+    module = build_module(scfg, datamodule, step_offset=step_offset, lr_override=stage.lr)
+    if init_ckpt is not None:
+        missing = load_weights(module, init_ckpt)["missing"]
+        print(f"[docmt] stage '{name}': initialised from {init_ckpt} ({len(missing)} new tensors)")
+    _apply_trainable(module, stage.trainable, name)
+
+    stage_dir = run_dir / name
+    trainer, checkpointer = build_trainer(scfg, stage, stage_dir)
+    started = time.time()
+    trainer.fit(module, datamodule=datamodule)
+    best = checkpointer.best_model_path or checkpointer.last_model_path
+    if trainer.is_global_zero:
+        store.mkdir(parents=True, exist_ok=True)
+        tmp = store / "final.ckpt.tmp"
+        torch.save(torch.load(best, map_location="cpu", weights_only=False), tmp)
+        os.replace(tmp, store / "final.ckpt")
+        info = {"global_step": trainer.global_step, "best": str(best), "stage": name,
+                "seconds": round(time.time() - started, 1),
+                "best_score": _scalar(checkpointer.best_model_score)}
+        done.write_text(json.dumps(info, indent=1) + "\n")
+    trainer.strategy.barrier()
+    return StageResult(name, key, store / "final.ckpt", trainer.global_step, reused=False)
+
+
+def _apply_trainable(module: DocMTModule, globs: list[str], stage_name: str) -> None:
+    """Freeze every parameter outside the stage's trainable globs; a glob matching nothing is an error."""
+    from fnmatch import fnmatchcase
+
+    names = [n for n, _ in module.model.named_parameters()]
+    for pattern in globs:
+        if not any(fnmatchcase(n, pattern) for n in names):
+            raise DocMTInputError(f"trainable glob '{pattern}' matches no parameter",
+                                  key=f"train.stages.{stage_name}.trainable")
+    for n, p in module.model.named_parameters():
+        p.requires_grad_(any(fnmatchcase(n, g) for g in globs))
+
+
+def _scalar(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def make_run_dir(cfg: DictConfig) -> Path:
+    base = Path(cfg.logging.runs_dir)
+    group = cfg.logging.group or "runs"
+    name = cfg.logging.name or cfg.model.arch
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = base / group / f"{name}-seed{cfg.train.seed}-{stamp}"
+    suffix = 1
+    while run_dir.exists():
+        suffix += 1
+        run_dir = base / group / f"{name}-seed{cfg.train.seed}-{stamp}-{suffix}"
+    return run_dir
+
+
+def fit_run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
+    """Train every stage of `train.schedule`, then test the final model. Returns the run dir."""
+    run_dir = Path(run_dir) if run_dir is not None else make_run_dir(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_lib.save_config(cfg, run_dir)
+    results: dict[str, StageResult] = {}
+    for name in cfg.train.schedule:
+        results[name] = run_stage(cfg, name, run_dir, results)
+    final = results[cfg.train.schedule[-1]]
+    scores = test_checkpoint(stage_config(cfg, final.name), final.checkpoint, run_dir)
+    record = {"metrics": scores, "checkpoint": str(final.checkpoint),
+              "stages": {n: {"key": r.key, "reused": r.reused, "global_step": r.global_step,
+                             "checkpoint": str(r.checkpoint)} for n, r in results.items()}}
+    (run_dir / "metrics.json").write_text(json.dumps(record, indent=1) + "\n")
+    return run_dir
+
+
+def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path) -> dict[str, float]:
+    """Test-set metrics of a checkpoint (beam search with `decode.*`)."""
+    datamodule = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context)
+    datamodule.prepare_data()
+    datamodule.setup("test")
+    module = build_module(cfg, datamodule)
+    load_weights(module, checkpoint)
+    module.output_dir = out_dir
+    trainer, _ = build_trainer(cfg, None, out_dir / "test", for_test=True)
+    results = trainer.test(module, datamodule=datamodule, verbose=False)
+    return {k: float(v) for k, v in results[0].items()} if results else {}

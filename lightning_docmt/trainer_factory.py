@@ -1,0 +1,103 @@
+"""Build a `lightning.pytorch.Trainer` for one stage from the resolved run config.
+
+`trainer:` in the config is a free dict passed through to the Trainer (devices, strategy, num_nodes,
+accelerator, ...); the keys the suite owns (limits, precision, accumulation, clipping, loggers,
+callbacks) come from `train.*` and `logging.*`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, Logger
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_docmt.errors import DocMTInputError
+
+OWNED_KEYS = ("max_steps", "max_epochs", "max_time", "precision", "accumulate_grad_batches",
+              "gradient_clip_val", "logger", "callbacks", "default_root_dir",
+              "use_distributed_sampler", "val_check_interval")
+
+
+def resolve_precision(setting: str) -> str:
+    """`auto`: bf16 autocast where the GPU supports it, full precision on CPU."""
+    if setting != "auto":
+        return setting
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16-mixed"
+    return "32-true"
+
+
+def monitor_metric(cfg: DictConfig) -> tuple[str, str]:
+    return ("val/bleu", "max") if cfg.eval.valid_bleu else ("val/loss", "min")
+
+
+def build_loggers(cfg: DictConfig, out_dir: Path) -> list[Logger]:
+    loggers: list[Logger] = [CSVLogger(save_dir=str(out_dir), name="", version="")]
+    if cfg.logging.wandb and os.environ.get("WANDB_MODE", "offline") != "disabled":
+        wandb_logger = _wandb_logger(cfg, out_dir)
+        if wandb_logger is not None:
+            loggers.append(wandb_logger)
+    return loggers
+
+
+def _wandb_logger(cfg: DictConfig, out_dir: Path) -> Logger | None:
+    """A WandbLogger, offline unless the user chose a mode; any failure only disables it."""
+    os.environ.setdefault("WANDB_MODE", "offline")
+    try:
+        from lightning.pytorch.loggers import WandbLogger
+
+        logger = WandbLogger(project=cfg.logging.project, group=cfg.logging.group,
+                             name=cfg.logging.name, tags=list(cfg.logging.tags),
+                             save_dir=str(out_dir), config=OmegaConf.to_container(cfg, resolve=True))
+        _ = logger.experiment  # start now so that a failure is caught here
+        return logger
+    except Exception as err:  # wandb trouble never stops training (DESIGN.md section 10)
+        print(f"[docmt] wandb disabled for this run: {type(err).__name__}: {err}")
+        return None
+
+
+def build_trainer(cfg: DictConfig, stage: DictConfig | None, out_dir: Path, for_test: bool = False
+                  ) -> tuple[pl.Trainer, ModelCheckpoint]:
+    user: dict[str, Any] = OmegaConf.to_container(cfg.trainer, resolve=True)
+    clash = sorted(set(user) & set(OWNED_KEYS))
+    if clash:
+        raise DocMTInputError(f"set {clash[0]} through train.* / logging.*, not trainer.*",
+                              key=f"trainer.{clash[0]}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    monitor, mode = monitor_metric(cfg)
+    checkpointer = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), monitor=monitor, mode=mode,
+                                   save_top_k=1, save_last=True, filename="best")
+    callbacks: list[pl.Callback] = [checkpointer]
+    train = cfg.train
+    kwargs: dict[str, Any] = dict(default_root_dir=str(out_dir),
+                                  precision=resolve_precision(train.precision),
+                                  use_distributed_sampler=False)  # our batch samplers shard by rank
+    if for_test:
+        kwargs.update(logger=False, enable_checkpointing=False)
+    else:
+        max_steps = stage.max_steps if stage is not None and stage.max_steps > 0 else train.max_steps
+        max_epochs = stage.max_epochs if stage is not None and stage.max_epochs else train.max_epochs
+        if max_steps <= 0 and max_epochs is None and train.max_time_minutes is None:
+            raise DocMTInputError("no training limit: set train.max_steps, train.max_epochs or "
+                                  "train.max_time_minutes", key="train.max_steps")
+        kwargs.update(max_steps=max_steps, max_epochs=max_epochs if max_epochs is not None else -1,
+                      accumulate_grad_batches=train.accumulate, logger=build_loggers(cfg, out_dir))
+        if train.max_time_minutes is not None:
+            kwargs["max_time"] = {"minutes": train.max_time_minutes}
+        if train.optim.clip_norm > 0:
+            kwargs["gradient_clip_val"] = train.optim.clip_norm
+        if train.val_every_steps:
+            kwargs.update(val_check_interval=train.val_every_steps, check_val_every_n_epoch=None)
+        callbacks.append(LearningRateMonitor(logging_interval="step"))
+        if train.early_stop_patience > 0:
+            callbacks.append(EarlyStopping(monitor=monitor, mode=mode,
+                                           patience=train.early_stop_patience))
+    kwargs["callbacks"] = callbacks
+    kwargs.update(user)
+    return pl.Trainer(**kwargs), checkpointer
