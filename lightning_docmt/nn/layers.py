@@ -1,0 +1,166 @@
+"""Transformer encoder/decoder layers as ordered compositions of residual sublayers.
+
+Encoder layer (Vaswani et al. 2017; Zhang et al. 2018, Eqs. 11 and 13 without Eq. 12):
+    self_attn -> ffn
+Decoder layer (Zhang et al. 2018, Eqs. 15, 17, 18 without Eq. 16):
+    self_attn (causal) -> cross_attn (encoder output) -> ffn
+FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (Vaswani et al. 2017, Eq. 2), with dropout after the ReLU.
+
+A `TransformerLayer` is an ordered `nn.ModuleDict` of `ResidualBlock`s run in order, so an
+architecture adds a sublayer without copying the layer code: Zhang et al. 2018 insert
+`context_attn` before `cross_attn` (Eq. 16) with `layer.insert("context_attn", block, before="cross_attn")`.
+Parameter names follow the sublayer names: `layers.<i>.<sublayer>.fn.*`, `layers.<i>.<sublayer>.norm.*`.
+
+Every sublayer function has the signature `fn(x, inputs: LayerInputs, cache) -> (B, T, D)`.
+Cross-attention sublayers name the memory they read from `inputs.memories` ("memory" = encoder
+output; architectures add their own, e.g. "context").
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lightning_docmt.nn.attention import AttentionCache, AttentionMemory, MultiHeadAttention
+from lightning_docmt.nn.residual import LAYER_NORM_EPS, ResidualBlock
+from lightning_docmt.schema import ModelConfig
+
+LayerCache = dict[str, AttentionCache]
+"""The incremental-decoding caches of one layer, by sublayer name."""
+
+
+@dataclass
+class LayerInputs:
+    """Everything a layer's sublayers may read besides the hidden states.
+
+    self_mask: (B, 1, 1, T) bool, True = may attend, or None (no padding among the keys).
+    causal: self-attention over a full sequence sees only positions <= t.
+    memories: cross-attention memories by name.
+    """
+
+    self_mask: Optional[Tensor] = None
+    causal: bool = False
+    memories: dict[str, AttentionMemory] = field(default_factory=dict)
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN (Eq. 2 of Vaswani et al.) with `relu_dropout` after the ReLU; Xavier-uniform weights."""
+
+    def __init__(self, d_model: int, ffn_dim: int, relu_dropout: float = 0.0):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, d_model)
+        self.relu_dropout = nn.Dropout(relu_dropout)
+        for linear in (self.fc1, self.fc2):
+            nn.init.xavier_uniform_(linear.weight)
+            nn.init.zeros_(linear.bias)
+
+    def forward(self, x: Tensor, inputs: Optional[LayerInputs] = None,
+                cache: Optional[AttentionCache] = None) -> Tensor:
+        return self.fc2(self.relu_dropout(F.relu(self.fc1(x))))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention sublayer; its decoding cache is incremental (keys/values appended)."""
+
+    def __init__(self, d_model: int, heads: int, attn_dropout: float = 0.0):
+        super().__init__()
+        self.attn = MultiHeadAttention(d_model, heads, attn_dropout)
+
+    def new_cache(self, inputs: LayerInputs) -> AttentionCache:
+        return AttentionCache()
+
+    def forward(self, x: Tensor, inputs: LayerInputs, cache: Optional[AttentionCache] = None) -> Tensor:
+        return self.attn(x, None, inputs.self_mask, inputs.causal, cache)
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention from the layer's stream to the memory `inputs.memories[memory]`.
+
+    Its decoding cache is static: the memory's keys/values are projected once by `new_cache`.
+    """
+
+    def __init__(self, d_model: int, heads: int, attn_dropout: float = 0.0, memory: str = "memory"):
+        super().__init__()
+        self.attn = MultiHeadAttention(d_model, heads, attn_dropout)
+        self.memory = memory
+
+    def new_cache(self, inputs: LayerInputs) -> AttentionCache:
+        return self.attn.static_cache(inputs.memories[self.memory].states)
+
+    def forward(self, x: Tensor, inputs: LayerInputs, cache: Optional[AttentionCache] = None) -> Tensor:
+        memory = inputs.memories[self.memory]
+        return self.attn(x, memory.states, memory.mask, False, cache)
+
+
+def self_attention_block(cfg: ModelConfig) -> ResidualBlock:
+    return ResidualBlock(SelfAttention(cfg.d_model, cfg.heads, cfg.attn_dropout), cfg.d_model, cfg.dropout,
+                         cfg.pre_norm)
+
+
+def cross_attention_block(cfg: ModelConfig, memory: str = "memory",
+                          integrate: Optional[nn.Module] = None) -> ResidualBlock:
+    return ResidualBlock(CrossAttention(cfg.d_model, cfg.heads, cfg.attn_dropout, memory), cfg.d_model,
+                         cfg.dropout, cfg.pre_norm, integrate)
+
+
+def feed_forward_block(cfg: ModelConfig) -> ResidualBlock:
+    return ResidualBlock(FeedForward(cfg.d_model, cfg.ffn_dim, cfg.relu_dropout), cfg.d_model, cfg.dropout,
+                         cfg.pre_norm)
+
+
+class TransformerLayer(nn.ModuleDict):
+    """An ordered mapping sublayer name -> `ResidualBlock`, applied in order."""
+
+    def insert(self, name: str, block: ResidualBlock, before: str) -> None:
+        """Insert a sublayer right before an existing one (e.g. `context_attn` before `cross_attn`)."""
+        if before not in self:
+            raise KeyError(f"no sublayer {before!r} in {list(self.keys())}")
+        if name in self:
+            raise KeyError(f"sublayer {name!r} already exists")
+        items = OrderedDict()
+        for key, module in self.items():
+            if key == before:
+                items[name] = block
+            items[key] = module
+        self.clear()
+        self.update(items)
+
+    def new_cache(self, inputs: LayerInputs) -> LayerCache:
+        """The decoding caches of the sublayers that keep one (attention sublayers)."""
+        return {name: block.fn.new_cache(inputs) for name, block in self.items() if hasattr(block.fn, "new_cache")}
+
+    def forward(self, x: Tensor, inputs: LayerInputs, cache: Optional[LayerCache] = None) -> Tensor:
+        for name, block in self.items():
+            x = block(x, inputs, None if cache is None else cache.get(name))
+        return x
+
+
+def encoder_layer(cfg: ModelConfig) -> TransformerLayer:
+    return TransformerLayer({"self_attn": self_attention_block(cfg), "ffn": feed_forward_block(cfg)})
+
+
+def decoder_layer(cfg: ModelConfig) -> TransformerLayer:
+    return TransformerLayer({"self_attn": self_attention_block(cfg), "cross_attn": cross_attention_block(cfg),
+                             "ffn": feed_forward_block(cfg)})
+
+
+class TransformerStack(nn.Module):
+    """N layers, plus a final LayerNorm (`final_norm`) in pre-LN mode only (post-LN outputs are normalised already)."""
+
+    def __init__(self, layers: list[TransformerLayer], d_model: int, pre_norm: bool):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS) if pre_norm else None
+
+    def new_cache(self, inputs: LayerInputs) -> list[LayerCache]:
+        return [layer.new_cache(inputs) for layer in self.layers]
+
+    def forward(self, x: Tensor, inputs: LayerInputs, cache: Optional[list[LayerCache]] = None) -> Tensor:
+        for index, layer in enumerate(self.layers):
+            x = layer(x, inputs, None if cache is None else cache[index])
+        return x if self.final_norm is None else self.final_norm(x)

@@ -1,0 +1,54 @@
+"""A sublayer with its residual connection and layer normalisation.
+
+Post-LN (the papers'; Vaswani et al. 2017, Sec. 5.4; Zhang et al. 2018, Eqs. 11-18):
+    y = LN(Integrate(x, F(x)))
+Pre-LN (Wang et al. 2019, `model.pre_norm=true`):
+    y = Integrate(x, F(LN(x)))
+The default integration is the residual of Zhang et al. 2018, Eq. 20, with dropout on the sublayer
+output: `Integrate(x, u) = x + dropout(u)`. The integration step is a module of its own so that an
+architecture can replace it for one sublayer only (Zhang's context gate, Eqs. 21-22, replaces it
+after the context-attention sublayers and keeps the post-LN).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from torch import Tensor, nn
+
+LAYER_NORM_EPS = 1e-6  # THUMT's value
+
+
+class Residual(nn.Module):
+    """`Integrate(x, u) = x + dropout(u)` (Eq. 20)."""
+
+    def __init__(self, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, u: Tensor) -> Tensor:
+        return x + self.dropout(u)
+
+
+class ResidualBlock(nn.Module):
+    """`fn` wrapped with layer normalisation (`norm`) and an integration step (`integrate`).
+
+    `fn(x, inputs, cache) -> u` returns a tensor shaped like `x` (B, T, D); `inputs` and `cache` are
+    passed through untouched (see `layers.LayerInputs`); `integrate(x, u)` merges it into the stream.
+
+    Parameter names: `fn.*` (the sublayer), `norm.*` (its LayerNorm), `integrate.*` (gate weights,
+    if the integration has any).
+    """
+
+    def __init__(self, fn: nn.Module, d_model: int, dropout: float, pre_norm: bool,
+                 integrate: Optional[nn.Module] = None):
+        super().__init__()
+        self.fn = fn
+        self.norm = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        self.integrate = integrate if integrate is not None else Residual(dropout)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: Tensor, inputs: Any = None, cache: Optional[Any] = None) -> Tensor:
+        if self.pre_norm:
+            return self.integrate(x, self.fn(self.norm(x), inputs, cache))
+        return self.norm(self.integrate(x, self.fn(x, inputs, cache)))

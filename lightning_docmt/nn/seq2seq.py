@@ -1,0 +1,108 @@
+"""The model interface every architecture implements; decoding and scoring use nothing else.
+
+    encode(batch) -> EncoderState                    run once per sentence (context encodings included)
+    decode(tgt_in (B, T), state) -> logits (B, T, V)  teacher-forced pass with a causal mask
+    init_cache(state) -> DecoderCache                 cross-attention keys/values projected here, once
+    decode_step(tokens (B, 1), state, cache) -> logits (B, V)   appends to the cache in place
+    forward(batch) = decode(batch["tgt_in"], encode(batch))
+
+`EncoderState` and `DecoderCache` are dataclasses; architectures subclass them to add fields
+(e.g. a context encoding and its padding mask). `index_select(index)` selects rows of the batch
+dimension of every field, recursively, so every tensor field must be batch-first. Plain numbers
+and strings are copied unchanged (e.g. the cache's step counter). A nested dataclass with a true
+`static` attribute is left unchanged by `DecoderCache.index_select(index, include_static=False)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from torch import Tensor, nn
+
+from lightning_docmt.nn.attention import AttentionMemory
+
+T = TypeVar("T")
+
+
+def select_rows(value: T, index: Tensor, include_static: bool = True) -> T:
+    """Rows `index` of every batch-first tensor inside `value` (tensors, dataclasses, dicts, lists, tuples)."""
+    if isinstance(value, Tensor):
+        return value.index_select(0, index)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if not include_static and getattr(value, "static", False):
+            return value
+        return dataclasses.replace(value, **{
+            f.name: select_rows(getattr(value, f.name), index, include_static)
+            for f in dataclasses.fields(value) if f.init})
+    if isinstance(value, dict):
+        return {key: select_rows(item, index, include_static) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(select_rows(item, index, include_static) for item in value)
+    return value
+
+
+@dataclass
+class EncoderState:
+    """What the decoder reads: `memory` (B, S, D) and `memory_pad` (B, S) bool (True = padding).
+
+    Subclasses add arch-specific fields and extend `attention_memories` with the memories their
+    cross-attention sublayers read (e.g. Zhang et al. 2018's context encoding C^(Nc)).
+    """
+
+    memory: Tensor
+    memory_pad: Tensor
+
+    def attention_memories(self) -> dict[str, AttentionMemory]:
+        return {"memory": AttentionMemory.from_padding(self.memory, self.memory_pad)}
+
+    def index_select(self, index: Tensor) -> EncoderState:
+        """Rows `index` of the batch (beam expansion, dropping finished sentences)."""
+        return select_rows(self, index)
+
+
+@dataclass
+class DecoderCache:
+    """Incremental decoding state: per decoder layer, the attention caches by sublayer name.
+
+    `step` is the number of target positions already consumed (the position of the next token).
+    """
+
+    layers: list[dict[str, Any]] = field(default_factory=list)
+    step: int = 0
+
+    def index_select(self, index: Tensor, include_static: bool = True) -> DecoderCache:
+        """Rows `index` of the batch. `include_static=False` keeps the static (cross-attention) caches as
+        they are, which is valid only when every row is replaced by a row of the same sentence (beam reordering)."""
+        return select_rows(self, index, include_static)
+
+
+class IncrementalSeq2Seq(Protocol):
+    """What the search functions need from a model."""
+
+    def encode(self, batch: dict[str, Tensor]) -> EncoderState: ...
+
+    def init_cache(self, state: EncoderState) -> DecoderCache: ...
+
+    def decode_step(self, tokens: Tensor, state: EncoderState, cache: DecoderCache) -> Tensor: ...
+
+
+class Seq2SeqModel(nn.Module):
+    """Base class of every architecture: subclasses implement the four methods below."""
+
+    def encode(self, batch: dict[str, Tensor]) -> EncoderState:
+        raise NotImplementedError
+
+    def decode(self, tgt_in: Tensor, state: EncoderState) -> Tensor:
+        raise NotImplementedError
+
+    def init_cache(self, state: EncoderState) -> DecoderCache:
+        raise NotImplementedError
+
+    def decode_step(self, tokens: Tensor, state: EncoderState, cache: DecoderCache) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        """Teacher-forced logits (B, T, V) of `batch["tgt_out"]` given `batch["tgt_in"]`."""
+        return self.decode(batch["tgt_in"], self.encode(batch))
