@@ -1,0 +1,152 @@
+"""Zhang et al. 2018, "Improving the Transformer Translation Model with Document-Level Context" (ablations.md 1.2).
+
+The sentence Transformer (`models/transformer.py`, theta_s) plus a context encoder and context
+attention (theta_d), reading the previous source sentences X_<k (`batch["ctx_src"]`):
+
+    context encoder, Eqs. 4-9:  X_c = WordEmb(x_m) + PosEnc(m);  N_c layers of self-attention + FFN;
+                                only the top output C^(Nc) is used, by every encoder and decoder layer
+    encoder layer, Eqs. 11-13:  self_attn -> context_attn (Eq. 12) -> ffn
+    decoder layer, Eqs. 15-18:  self_attn -> context_attn (Eq. 16) -> cross_attn -> ffn
+    context attention:          Integrate(H, MultiHead(H, C^(Nc), C^(Nc))), H the sublayer input
+    Integrate, Eqs. 20-22:      gating on:  LN(lambda * H + (1 - lambda) * U), lambda = sigmoid(W_i H + W_s U)
+                                gating off: LN(H + dropout(U))
+Every other sublayer keeps the plain residual (trap 1). Tables: T2 (`context_layers`), T7 (two-step
+training, which freezes `THETA_S_GLOBS`), T8 (`context_attn.encoder` / `context_attn.decoder`),
+T9 (`context_gating`), and the "this work" rows of T3, T4 and T6.
+
+Readings (ablations.md 1.8):
+- NOT IN PAPER, Z2: the gate is D-dimensional per position, W_i, W_s in R^{DxD} without bias, no
+  dropout on U inside the gated path, post-LN kept after the gate (`nn/gating.py`).
+- NOT IN PAPER, Z3: the context is embedded with the SHARED source embedding table (scaled by
+  sqrt(D), as the encoder's input) with positions numbered from 0 over the concatenated context.
+- NOT IN PAPER, Z4: an empty context is the single token `<eos>` (the batch contract's layout).
+- NOT IN PAPER, Z5: with gating off the LayerNorm after context attention is kept.
+- Z6: `context_layers` (N_c) defaults to 1, the paper's system, not the reference code's 6.
+- Z10: freezing theta_s does not switch its dropout off; nothing here depends on freezing.
+
+Switches: a context-attention sublayer switched off does not exist (no parameters, not run). With
+both off nothing reads C^(Nc), so the context encoder is not built either and the model is the
+sentence Transformer (Table 8, row "none"); `ctx_src` is then not needed.
+
+Parameter names: theta_s keeps exactly the names of `TransformerSeq2Seq`, so a stage-1 Transformer
+checkpoint loads with only theta_d missing. theta_d is `context_encoder.*` and every
+`*.context_attn.*` sublayer (its attention, its LayerNorm `norm.*` and its gate `integrate.*`).
+The two glob lists below partition the parameters for every setting of the switches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from torch import Tensor
+
+from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
+from lightning_docmt.nn.attention import AttentionMemory, key_mask
+from lightning_docmt.nn.gating import ContextGate
+from lightning_docmt.nn.layers import LayerInputs, TransformerStack, cross_attention_block, encoder_layer
+from lightning_docmt.nn.residual import ResidualBlock
+from lightning_docmt.nn.seq2seq import EncoderState
+
+THETA_S_GLOBS = [
+    "src_embed.*", "tgt_embed.*", "output.*",
+    "encoder.layers.*.self_attn.*", "encoder.layers.*.ffn.*", "encoder.final_norm.*",
+    "decoder.layers.*.self_attn.*", "decoder.layers.*.cross_attn.*", "decoder.layers.*.ffn.*",
+    "decoder.final_norm.*",
+]
+"""fnmatch globs of theta_s, the sentence Transformer (frozen in step 2 of the two-step training)."""
+
+THETA_D_GLOBS = ["context_encoder.*", "*.context_attn.*"]
+"""fnmatch globs of theta_d: the context encoder and every context-attention sublayer (LN and gate included)."""
+
+CONTEXT_MEMORY = "context"
+"""The name under which context-attention sublayers find C^(Nc) in `LayerInputs.memories`."""
+
+
+@dataclass
+class ContextAttnConfig:
+    """Where context attention is inserted (Table 8): every encoder layer (Eq. 12), every decoder layer (Eq. 16)."""
+
+    encoder: bool = True
+    decoder: bool = True
+
+
+@dataclass
+class ZhangDocConfig(TransformerConfig):
+    """The Transformer's options plus the context encoder, context attention and gating switches."""
+
+    arch: str = "zhang_doc"
+    context_layers: int = 1  # N_c (Table 2; reading Z6)
+    context_attn: ContextAttnConfig = field(default_factory=ContextAttnConfig)
+    context_gating: bool = True  # Table 9: true = Eqs. 21-22, false = residual (Eq. 20)
+
+
+@dataclass
+class ZhangEncoderState(EncoderState):
+    """The encoder output plus the context encoding C^(Nc) (None when nothing reads it).
+
+    `context.states` (B, C, D) and `context.mask` (B, 1, 1, C) are batch-first, so beam expansion and
+    reordering (`index_select`) carry them along; they are computed once per sentence in `encode`.
+    """
+
+    context: Optional[AttentionMemory] = None
+
+    def attention_memories(self) -> dict[str, AttentionMemory]:
+        memories = super().attention_memories()
+        if self.context is not None:
+            memories[CONTEXT_MEMORY] = self.context
+        return memories
+
+
+def context_attention_block(cfg: ZhangDocConfig) -> ResidualBlock:
+    """Multi-head attention over C^(Nc) with the gate (Eqs. 21-22) or the residual (Eq. 20) as integration."""
+    return cross_attention_block(cfg, memory=CONTEXT_MEMORY,
+                                 integrate=ContextGate(cfg.d_model) if cfg.context_gating else None)
+
+
+class ZhangDocSeq2Seq(TransformerSeq2Seq):
+    """`TransformerSeq2Seq` with a context encoder (`context_encoder`) and `context_attn` sublayers.
+
+    The decoder-side methods are the Transformer's: they read C^(Nc) through
+    `ZhangEncoderState.attention_memories()`, and the decoder's context-attention keys/values are a
+    static cache built once by `init_cache`, like the encoder-decoder attention's.
+    """
+
+    def __init__(self, cfg: ZhangDocConfig, src_vocab_size: int, tgt_vocab_size: int):
+        super().__init__(cfg, src_vocab_size, tgt_vocab_size)
+        if cfg.context_layers < 1:
+            raise DocMTInputError(f"the context encoder needs at least one layer, got {cfg.context_layers}",
+                                  key="model.context_layers")
+        if cfg.context_attn.encoder:
+            for layer in self.encoder.layers:
+                layer.insert("context_attn", context_attention_block(cfg), before="ffn")  # Eq. 12
+        if cfg.context_attn.decoder:
+            for layer in self.decoder.layers:
+                layer.insert("context_attn", context_attention_block(cfg), before="cross_attn")  # Eq. 16
+        self.context_encoder: Optional[TransformerStack] = None
+        if cfg.context_attn.encoder or cfg.context_attn.decoder:
+            self.context_encoder = TransformerStack(  # Eqs. 5-9
+                [encoder_layer(cfg) for _ in range(cfg.context_layers)], cfg.d_model, cfg.pre_norm)
+
+    def encode_context(self, batch: dict[str, Tensor]) -> Optional[AttentionMemory]:
+        """C^(Nc) over `batch["ctx_src"]` (B, C) as an attention memory, or None when nothing reads it."""
+        if self.context_encoder is None:
+            return None
+        if "ctx_src" not in batch:
+            raise DocMTInputError("zhang_doc reads the previous source sentences; set context.prev_sentences > 0",
+                                  key="context.prev_sentences")
+        tokens = batch["ctx_src"]
+        pad = tokens.eq(PAD_ID)  # (B, C)
+        # Eq. 4 with readings Z3: the shared source table, scaled by sqrt(D), positions 0..C-1.
+        context = self.context_encoder(self.src_embed(tokens), LayerInputs(self_mask=key_mask(pad)))  # (B, C, D)
+        return AttentionMemory.from_padding(context, pad)
+
+    def encode(self, batch: dict[str, Tensor]) -> ZhangEncoderState:
+        context = self.encode_context(batch)
+        tokens = self.source_tokens(batch)
+        pad = tokens.eq(PAD_ID)  # (B, S)
+        inputs = LayerInputs(self_mask=key_mask(pad), memories={} if context is None else {CONTEXT_MEMORY: context})
+        memory = self.encoder(self.src_embed(tokens), inputs)
+        return ZhangEncoderState(memory=memory, memory_pad=pad, context=context)

@@ -1,0 +1,339 @@
+"""Zhang et al. 2018's document Transformer: gate, switches, parameter partition, decoding invariances."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fnmatch import fnmatchcase
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torch import Tensor
+
+from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID
+from lightning_docmt.decoding import beam_search, beam_search_nbest, greedy_search
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
+from lightning_docmt.models.zhang_doc import (THETA_D_GLOBS, THETA_S_GLOBS, ContextAttnConfig, ZhangDocConfig,
+                                              ZhangDocSeq2Seq, ZhangEncoderState)
+from lightning_docmt.nn.attention import AttentionMemory
+from lightning_docmt.nn.gating import ContextGate
+from lightning_docmt.nn.layers import LayerInputs
+from lightning_docmt.nn.residual import LAYER_NORM_EPS, Residual
+from lightning_docmt.scoring import sequence_log_probs
+from tests.test_transformer import SIZES, VOCAB, padded, random_batch, widen
+
+D, FFN, LAYERS = SIZES["d_model"], SIZES["ffn_dim"], SIZES["enc_layers"]
+SWITCHES = list(itertools.product([False, True], repeat=2))  # (context_attn.encoder, context_attn.decoder)
+WITH_CONTEXT = [s for s in SWITCHES if any(s)]
+
+
+def zhang_model(encoder: bool = True, decoder: bool = True, gating: bool = True, seed: int = 0,
+                **overrides) -> ZhangDocSeq2Seq:
+    """A small random model in eval mode."""
+    torch.manual_seed(seed)
+    cfg = ZhangDocConfig(**{**SIZES, "dropout": 0.1, "attn_dropout": 0.1, "relu_dropout": 0.1, **overrides},
+                         context_attn=ContextAttnConfig(encoder=encoder, decoder=decoder), context_gating=gating)
+    return ZhangDocSeq2Seq(cfg, VOCAB, VOCAB).eval()
+
+
+def doc_batch(seed: int = 0) -> dict[str, Tensor]:
+    """Three sentences; the second has the empty context `<eos>`."""
+    return random_batch([5, 2, 7], [4, 6, 1], [6, 0, 3], seed=seed)
+
+
+def other_context(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The same batch with every real context token except the final `<eos>` replaced by another word."""
+    ctx = batch["ctx_src"]
+    words = ctx.gt(SEP_ID)
+    shifted = (ctx - SEP_ID) % (VOCAB - SEP_ID - 1) + SEP_ID + 1  # another word id, never a special
+    return {**batch, "ctx_src": torch.where(words, shifted, ctx)}
+
+
+def layer_norm(x: Tensor) -> Tensor:
+    """LayerNorm with unit gain and zero bias (the initial LN parameters)."""
+    mean = x.mean(-1, keepdim=True)
+    var = x.var(-1, unbiased=False, keepdim=True)
+    return (x - mean) / torch.sqrt(var + LAYER_NORM_EPS)
+
+
+def sigmoid(value: float) -> float:
+    return 1.0 / (1.0 + math.exp(-value))
+
+
+# Context gate (Eqs. 21-22, reading Z2)
+
+
+def test_context_gate_on_a_hand_example():
+    gate = ContextGate(2)
+    with torch.no_grad():
+        gate.input_proj.weight.copy_(torch.tensor([[0.5, 0.0], [0.0, 1.0]]))  # W_i
+        gate.context_proj.weight.copy_(torch.tensor([[0.0, 1.0], [-1.0, 0.0]]))  # W_s
+    h, u = [1.0, -2.0], [3.0, 0.5]
+    # W_i h = (0.5, -2), W_s u = (0.5, -3): lambda = (sigmoid(1), sigmoid(-5)), one value per channel.
+    lam = [sigmoid(1.0), sigmoid(-5.0)]
+    expected = [lam[0] * h[0] + (1 - lam[0]) * u[0], lam[1] * h[1] + (1 - lam[1]) * u[1]]
+    got = gate(torch.tensor([[h]]), torch.tensor([[u]]))
+    assert got.flatten().tolist() == pytest.approx(expected, abs=1e-6)
+    assert [name for name, _ in gate.named_parameters()] == ["input_proj.weight", "context_proj.weight"]
+
+
+def context_inputs(context: Tensor) -> LayerInputs:
+    return LayerInputs(memories={"context": AttentionMemory.from_padding(context, torch.zeros(context.shape[:2],
+                                                                                              dtype=torch.bool))})
+
+
+def test_gated_context_attention_is_layer_norm_of_the_gate_without_dropout():
+    model = zhang_model(dropout=0.5, attn_dropout=0.0)
+    block = model.encoder.layers[0]["context_attn"]
+    with torch.no_grad():
+        block.norm.weight.fill_(1.0)
+        block.norm.bias.fill_(0.0)
+    x, inputs = torch.randn(2, 3, D), context_inputs(torch.randn(2, 4, D))
+    u = block.fn(x, inputs)  # MultiHead(H, C, C), deterministic without attention dropout
+    w_i, w_s = block.integrate.input_proj.weight, block.integrate.context_proj.weight
+    lam = torch.sigmoid(x @ w_i.T + u @ w_s.T)
+    expected = layer_norm(lam * x + (1 - lam) * u)
+    block.train()  # residual dropout 0.5 would show if it were applied to U
+    assert torch.allclose(block(x, inputs), expected, atol=1e-5)
+
+
+def test_residual_context_attention_keeps_layer_norm_and_dropout():
+    model = zhang_model(gating=False, dropout=0.5, attn_dropout=0.0)
+    block = model.decoder.layers[1]["context_attn"]
+    assert isinstance(block.integrate, Residual) and not list(block.integrate.parameters())
+    x, inputs = torch.randn(2, 3, D), context_inputs(torch.randn(2, 4, D))
+    expected = layer_norm(x + block.fn(x, inputs))
+    assert torch.allclose(block(x, inputs), expected, atol=1e-5)
+    block.train()
+    assert not torch.allclose(block(x, inputs), expected, atol=1e-3)
+
+
+def test_other_sublayers_keep_the_plain_residual():
+    model = zhang_model()
+    for stack in (model.encoder, model.decoder, model.context_encoder):
+        for layer in stack.layers:
+            for name, block in layer.items():
+                assert isinstance(block.integrate, ContextGate if name == "context_attn" else Residual), name
+
+
+# Table 8 switches: sublayers, parameters, forward path
+
+
+@pytest.mark.parametrize("encoder,decoder", SWITCHES)
+def test_switches_insert_context_attention_in_the_papers_order(encoder, decoder):
+    model = zhang_model(encoder, decoder)
+    for layer in model.encoder.layers:
+        assert list(layer) == ["self_attn"] + ["context_attn"] * encoder + ["ffn"]
+    for layer in model.decoder.layers:
+        assert list(layer) == ["self_attn"] + ["context_attn"] * decoder + ["cross_attn", "ffn"]
+    assert (model.context_encoder is None) == (not (encoder or decoder))
+
+
+def count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("encoder,decoder,gating,pre_norm,context_layers",
+                         [(e, d, g, False, 1) for (e, d) in SWITCHES for g in (False, True)]
+                         + [(True, True, True, True, 1), (True, False, False, False, 2)])
+def test_parameter_counts_follow_the_sublayers(encoder, decoder, gating, pre_norm, context_layers):
+    attention, norm, gate = 4 * D * D + 4 * D, 2 * D, 2 * D * D  # W^Q, W^K, W^V, W^O and their biases
+    ffn = 2 * D * FFN + FFN + D
+    context_attn = attention + norm + gate * gating
+    context_encoder = context_layers * (attention + norm + ffn + norm) + norm * pre_norm  # final LN if pre-LN
+    expected = (context_encoder * (encoder or decoder) + encoder * LAYERS * context_attn
+                + decoder * LAYERS * context_attn)
+    transformer = TransformerSeq2Seq(TransformerConfig(**SIZES, pre_norm=pre_norm), VOCAB, VOCAB)
+    model = zhang_model(encoder, decoder, gating, pre_norm=pre_norm, context_layers=context_layers)
+    assert count(model) - count(transformer) == expected
+
+
+def test_without_context_attention_the_output_ignores_the_context():
+    model = zhang_model(encoder=False, decoder=False)
+    batch = doc_batch()
+    reference = model(batch)
+    assert torch.equal(model(other_context(batch)), reference)
+    assert torch.equal(model({k: v for k, v in batch.items() if k != "ctx_src"}), reference)
+
+
+@pytest.mark.parametrize("encoder,decoder", WITH_CONTEXT)
+def test_the_context_reaches_exactly_the_switched_on_sides(encoder, decoder):
+    model = zhang_model(encoder, decoder)
+    batch, changed = doc_batch(), other_context(doc_batch())
+    state, changed_state = model.encode(batch), model.encode(changed)
+    assert torch.allclose(state.memory, changed_state.memory) == (not encoder)
+    real = batch["tgt_out"].ne(PAD_ID)
+    logits, changed_logits = model(batch), model(changed)
+    # Row 1 has the empty context in both batches; the others change.
+    for row in (0, 2):
+        assert not torch.allclose(logits[row][real[row]], changed_logits[row][real[row]], atol=1e-4)
+    assert torch.allclose(logits[1][real[1]], changed_logits[1][real[1]], atol=1e-6)
+
+
+# theta_s / theta_d
+
+
+def matches(name: str, globs: list[str]) -> bool:
+    return any(fnmatchcase(name, pattern) for pattern in globs)
+
+
+@pytest.mark.parametrize("encoder,decoder,gating,pre_norm,share",
+                         [(e, d, g, False, True) for (e, d) in SWITCHES for g in (False, True)]
+                         + [(True, True, True, True, True), (True, True, False, True, False)])
+def test_theta_globs_partition_the_parameters(encoder, decoder, gating, pre_norm, share):
+    overrides = {"pre_norm": pre_norm, "share_embeddings": share, "tie_output": share}
+    model = zhang_model(encoder, decoder, gating, **overrides)
+    transformer = TransformerSeq2Seq(TransformerConfig(**SIZES, **overrides), VOCAB, VOCAB)
+    names = set(model.state_dict()) | {name for name, _ in model.named_parameters()}
+    for name in names:
+        assert matches(name, THETA_S_GLOBS) != matches(name, THETA_D_GLOBS), name
+    new = names - set(transformer.state_dict())
+    assert {name for name in names if matches(name, THETA_D_GLOBS)} == new
+    assert bool(new) == (encoder or decoder)
+
+
+@pytest.mark.parametrize("encoder,decoder,gating", [(e, d, g) for (e, d) in SWITCHES for g in (False, True)])
+def test_a_transformer_checkpoint_loads_with_only_theta_d_missing(encoder, decoder, gating):
+    torch.manual_seed(5)
+    transformer = TransformerSeq2Seq(TransformerConfig(**SIZES), VOCAB, VOCAB)
+    model = zhang_model(encoder, decoder, gating)
+    result = model.load_state_dict(transformer.state_dict(), strict=False)
+    assert result.unexpected_keys == []
+    assert set(result.missing_keys) == {name for name in model.state_dict() if matches(name, THETA_D_GLOBS)}
+    loaded = model.state_dict()
+    assert all(torch.equal(loaded[name], value) for name, value in transformer.state_dict().items())
+
+
+def test_without_context_attention_it_is_the_transformer():
+    torch.manual_seed(5)
+    transformer = TransformerSeq2Seq(TransformerConfig(**SIZES), VOCAB, VOCAB).eval()
+    model = zhang_model(encoder=False, decoder=False)
+    model.load_state_dict(transformer.state_dict())  # strict: nothing missing, nothing unexpected
+    batch = doc_batch()
+    assert torch.equal(model(batch), transformer(batch))
+
+
+# Context encoder input (reading Z3) and configuration
+
+
+def sinusoid(length: int, d_model: int) -> Tensor:
+    """PE(t) = [sin(t w_i)]_i ++ [cos(t w_i)]_i, w_i = 10000^(-i / (D/2 - 1)) (tensor2tensor layout)."""
+    half = d_model // 2
+    rows = [[math.sin(t * 10000 ** (-i / (half - 1))) for i in range(half)]
+            + [math.cos(t * 10000 ** (-i / (half - 1))) for i in range(half)] for t in range(length)]
+    return torch.tensor(rows)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_context_is_embedded_with_the_source_table_from_position_zero(share):
+    model = zhang_model(share_embeddings=share, tie_output=share)
+    with torch.no_grad():
+        model.tgt_embed.weight.add_(0.0 if share else 1.0)  # distinct tables must not be confused
+    seen = []
+    model.context_encoder.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    batch = doc_batch()
+    model.encode(batch)
+    ctx = batch["ctx_src"]
+    expected = math.sqrt(D) * model.src_embed.weight[ctx] + sinusoid(ctx.size(1), D)[None]
+    assert torch.allclose(seen[0], expected, atol=1e-5)
+    assert not any(name.startswith("context_encoder.") and "embed" in name for name in model.state_dict())
+
+
+def test_config_keys_and_defaults():
+    cfg = ZhangDocConfig()
+    assert (cfg.arch, cfg.context_layers, cfg.context_gating) == ("zhang_doc", 1, True)
+    assert (cfg.context_attn.encoder, cfg.context_attn.decoder) == (True, True)
+    merged = OmegaConf.merge(OmegaConf.structured(ZhangDocConfig),
+                             OmegaConf.from_dotlist(["context_attn.encoder=false", "context_gating=false"]))
+    cfg = OmegaConf.to_object(merged)
+    assert isinstance(cfg.context_attn, ContextAttnConfig)
+    assert (cfg.context_attn.encoder, cfg.context_attn.decoder, cfg.context_gating) == (False, True, False)
+
+
+def test_bad_settings_and_missing_context_are_reported():
+    with pytest.raises(DocMTInputError, match="at least one layer"):
+        zhang_model(context_layers=0)
+    with pytest.raises(DocMTInputError, match="context.prev_sentences"):
+        zhang_model()(random_batch([3], [2]))
+
+
+# Decoding: invariances, caches, beam search
+
+
+@pytest.mark.parametrize("encoder,decoder,pre_norm", [(e, d, p) for (e, d) in WITH_CONTEXT for p in (False, True)])
+def test_incremental_decoding_equals_full_forward(encoder, decoder, pre_norm):
+    model = zhang_model(encoder, decoder, pre_norm=pre_norm)
+    batch = doc_batch()
+    full = model(batch)
+    state = model.encode(batch)
+    cache = model.init_cache(state)
+    steps = [model.decode_step(batch["tgt_in"][:, t:t + 1], state, cache) for t in range(batch["tgt_in"].size(1))]
+    real = batch["tgt_out"].ne(PAD_ID)
+    assert torch.allclose(torch.stack(steps, dim=1)[real], full[real], atol=1e-5)
+
+
+@pytest.mark.parametrize("encoder,decoder", WITH_CONTEXT)
+def test_padding_and_batching_do_not_change_outputs(encoder, decoder):
+    model = zhang_model(encoder, decoder)
+    batch = doc_batch()
+    reference = model(batch)
+    real = batch["tgt_out"].ne(PAD_ID)
+    for keys in [("src",), ("tgt_in", "tgt_out"), ("ctx_src",)]:
+        wider = {**batch, **{key: widen(batch[key], 3) for key in keys}}
+        assert torch.allclose(model(wider)[:, : real.size(1)][real], reference[real], atol=1e-5), keys
+    for row in range(3):
+        alone = {key: value[row:row + 1] for key, value in batch.items()}
+        alone = {key: value[:, : int(value.ne(PAD_ID).sum())] for key, value in alone.items()}
+        length = int(alone["tgt_out"].size(1))
+        assert torch.allclose(model(alone)[0], reference[row, :length], atol=1e-5)
+
+
+def test_decoder_context_attention_has_a_static_cache_and_reorders_with_the_state():
+    model = zhang_model()
+    batch = random_batch([5, 3, 4], [5, 5, 5], [4, 7, 0])
+    state = model.encode(batch)
+    width, heads = batch["ctx_src"].size(1), SIZES["heads"]
+    assert isinstance(state, ZhangEncoderState) and state.context.states.shape == (3, width, D)
+    cache = model.init_cache(state)
+    for layer in cache.layers:
+        assert layer["context_attn"].static and layer["context_attn"].key.shape == (3, heads, width, D // heads)
+    for t in range(3):
+        model.decode_step(batch["tgt_in"][:, t:t + 1], state, cache)
+    order = torch.tensor([2, 0, 0, 1])
+    state, cache = state.index_select(order), cache.index_select(order)
+    assert torch.equal(state.context.mask, model.encode(batch).context.mask[order])
+    step = model.decode_step(batch["tgt_in"][order, 3:4], state, cache)
+    assert torch.allclose(step, model(batch)[order, 3], atol=1e-5)
+
+
+def search_batch() -> dict[str, Tensor]:
+    return random_batch([4, 7, 2, 5], [1, 1, 1, 1], [3, 0, 5, 2], seed=3)
+
+
+def test_context_is_encoded_once_per_search():
+    model = zhang_model()
+    calls = []
+    model.context_encoder.register_forward_hook(lambda module, args, out: calls.append(out.size(0)))
+    greedy_search(model, search_batch(), max_len_a=1.0, max_len_b=3)
+    beam_search(model, search_batch(), beam=3, max_len_a=1.0, max_len_b=3)
+    assert calls == [4, 4]  # one call per search, over the sentences, not the beams
+
+
+def test_beam_search_scores_are_the_models_log_probs_and_batching_is_invisible():
+    model = zhang_model()
+    batch = search_batch()
+    nbest = beam_search_nbest(model, batch, beam=3, len_penalty=0.6, max_len_a=1.0, max_len_b=3)
+    for rank in range(3):
+        hyps = [sentence_hyps[rank] for sentence_hyps in nbest]
+        forced = {"src": batch["src"], "ctx_src": batch["ctx_src"],
+                  "tgt_in": padded([[BOS_ID] + h.tokens for h in hyps]),
+                  "tgt_out": padded([h.tokens + [EOS_ID] for h in hyps])}
+        assert [h.log_prob for h in hyps] == pytest.approx(sequence_log_probs(model, forced).tolist(), abs=1e-4)
+    for row, sentence_hyps in enumerate(nbest):
+        alone = {key: value[row:row + 1] for key, value in batch.items()}
+        alone = {key: value[:, : int(value.ne(PAD_ID).sum())] for key, value in alone.items()}
+        [single] = beam_search(model, alone, beam=3, len_penalty=0.6, max_len_a=1.0, max_len_b=3)
+        assert single.tokens == sentence_hyps[0].tokens
+        assert single.score == pytest.approx(sentence_hyps[0].score, abs=1e-4)
