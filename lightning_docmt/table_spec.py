@@ -1,0 +1,234 @@
+"""Table files (DESIGN.md section 3): one YAML file per paper table, one run per row and seed.
+
+    id: zhang2018.t8                      # also the results folder and the wandb group
+    title: Effect of context integration (Zhang et al. 2018, Table 8)
+    metrics: [test/bleu]                  # the columns; keys of what a run returns
+    base: [model.arch=zhang_doc, data.corpus=bible:en-fr]     # overrides shared by every row
+    seeds: [1, 2, 3]                      # optional; else the run config's train.seed
+    notes: free text                      # optional
+    rows:
+      - {name: none, overrides: [model.context_attn.encoder=false], paper: {test/bleu: 45.97}}
+
+`paper` maps a metric to the paper's number, or null where the paper gives none; a row may carry
+its own `notes`. Errors name the file, the line and the row.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_docmt.config import Layer, compose, compose_layers, override_layers
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.yaml_file import YamlFile
+
+TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "notes")
+ROW_KEYS = ("name", "overrides", "paper", "notes")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # used as a folder name
+
+
+@dataclass(frozen=True)
+class TableRow:
+    name: str
+    overrides: tuple[str, ...]
+    paper: dict[str, float | None]
+    notes: str
+    index: int  # position in `rows:`
+
+
+@dataclass(frozen=True)
+class Table:
+    file: YamlFile
+    id: str
+    title: str
+    metrics: tuple[str, ...]
+    base: tuple[str, ...]
+    rows: tuple[TableRow, ...]
+    seeds: tuple[int, ...] | None
+    notes: str
+
+    @property
+    def path(self) -> Path:
+        return self.file.path
+
+    @property
+    def paper(self) -> str:
+        """The paper part of the id (`zhang2018` of `zhang2018.t8`), used as a wandb tag."""
+        return self.id.split(".")[0]
+
+    def row(self, name: str) -> TableRow:
+        for row in self.rows:
+            if row.name == name:
+                return row
+        names = [r.name for r in self.rows]
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise DocMTInputError(f"no row '{name}'{hint}; rows: {', '.join(names)}", path=self.path)
+
+    def select(self, rows: str | Sequence[str] = "all") -> list[TableRow]:
+        """`'all'`, a comma-separated string of row names, or a list of names (kept in table order)."""
+        if isinstance(rows, str):
+            if rows == "all":
+                return list(self.rows)
+            rows = [name.strip() for name in rows.split(",") if name.strip()]
+        wanted = {self.row(name).name for name in rows}
+        return [row for row in self.rows if row.name in wanted]
+
+
+def is_table_file(file: YamlFile) -> bool:
+    return "rows" in file.data
+
+
+def load_table(path: str | Path) -> Table:
+    """Parse and validate a table file (override syntax included; composing rows is `compose_row`)."""
+    file = YamlFile.load(path)
+    data: dict[str, Any] = OmegaConf.to_container(file.data, resolve=False)  # type: ignore[assignment]
+
+    def fail(message: str, *keys: str | int) -> DocMTInputError:
+        return DocMTInputError(message, path=file.path, line=file.line_of(keys) if keys else None)
+
+    for key in data:
+        if key not in TABLE_KEYS:
+            raise fail(f"unknown table key '{key}'{_hint(key, TABLE_KEYS)}", key)
+    for key in ("id", "title", "metrics", "rows"):
+        if key not in data:
+            raise fail(f"missing table key '{key}'")
+    table_id = data["id"]
+    if not (isinstance(table_id, str) and _SAFE_NAME.match(table_id)):
+        raise fail(f"'id' must be a name of letters, digits and _.+- , got {table_id!r}", "id")
+    if not isinstance(data["title"], str):
+        raise fail("'title' must be a string", "title")
+    metrics = _string_list(data["metrics"])
+    if not metrics or len(set(metrics)) != len(metrics):
+        raise fail("'metrics' must be a non-empty list of distinct metric names", "metrics")
+    base = _string_list(data.get("base", []))
+    if base is None:
+        raise fail("'base' must be a list of key=value strings", "base")
+    override_layers(base, "table base override", path=file.path,
+                    lines=[file.line_of(["base", i]) for i in range(len(base))])
+    seeds = data.get("seeds")
+    if seeds is not None:
+        if not (isinstance(seeds, list) and seeds and all(_is_int(s) for s in seeds)
+                and len(set(seeds)) == len(seeds)):
+            raise fail("'seeds' must be a non-empty list of distinct integers", "seeds")
+        seeds = tuple(seeds)
+    notes = data.get("notes", "")
+    if not isinstance(notes, str):
+        raise fail("'notes' must be a string", "notes")
+    if not (isinstance(data["rows"], list) and data["rows"]):
+        raise fail("'rows' must be a non-empty list", "rows")
+    rows = tuple(_parse_row(raw, i, metrics, file, fail) for i, raw in enumerate(data["rows"]))
+    seen: set[str] = set()
+    for row in rows:
+        if row.name in seen:
+            raise fail(f"row '{row.name}': duplicate row name", "rows", row.index)
+        seen.add(row.name)
+    return Table(file=file, id=table_id, title=data["title"], metrics=tuple(metrics),
+                 base=tuple(base), rows=rows, seeds=seeds, notes=notes)
+
+
+def compose_row(table: Table | str | Path, row_name: str, profile: str | None = None,
+                cli_overrides: Sequence[str] = (), *, seed: int | None = None) -> DictConfig:
+    """The run config of one row: table `base:`, the row's `overrides:`, then the command line.
+
+    `logging.group` is the table id and `logging.name` the row name (the command line can still
+    change them); `logging.tags` gain [paper, table id, arch]; `seed` (from `--seeds`) sets
+    `train.seed` last.
+    """
+    table = table if isinstance(table, Table) else load_table(table)
+    row = table.row(row_name)
+    line = table.file.line_of
+    layers = override_layers(table.base, "table base override", path=table.path,
+                             lines=[line(["base", i]) for i in range(len(table.base))])
+    layers += override_layers(row.overrides, f"row '{row.name}' override", path=table.path,
+                              lines=[line(["rows", row.index, "overrides", i])
+                                     for i in range(len(row.overrides))])
+    layers.append(Layer(source=f"table '{table.id}'", values=OmegaConf.create(
+        {"logging": {"group": table.id, "name": row.name}})))
+    layers += override_layers(cli_overrides, "command line override")
+    if seed is not None:
+        layers.append(Layer(source=f"seed {seed}", key="train.seed",
+                            values=OmegaConf.create({"train": {"seed": seed}})))
+    cfg = compose_layers(layers, profile=profile)
+    cfg.logging.tags = list(dict.fromkeys([*cfg.logging.tags, table.paper, table.id,
+                                           cfg.model.arch]))
+    return cfg
+
+
+def compose_file(path: str | Path, overrides: Sequence[str] = (), *, row: str | None = None,
+                 profile: str | None = None, seed: int | None = None) -> DictConfig:
+    """`docmt fit FILE [--row NAME] [--seed S] [--profile P]`: a table row or a plain run config."""
+    file = YamlFile.load(path)
+    if is_table_file(file):
+        table = load_table(path)
+        if row is None:
+            raise DocMTInputError(f"a table file needs --row NAME; rows: "
+                                  f"{', '.join(r.name for r in table.rows)}", path=path)
+        return compose_row(table, row, profile, overrides, seed=seed)
+    if row is not None:
+        raise DocMTInputError("--row applies to table files only (this file has no 'rows:')",
+                              path=path)
+    seed_override = [f"train.seed={seed}"] if seed is not None else []
+    return compose(path, [*overrides, *seed_override], profile=profile)
+
+
+def _parse_row(raw: Any, index: int, metrics: list[str], file: YamlFile, fail) -> TableRow:
+    if not isinstance(raw, dict):
+        raise fail(f"rows[{index}] must be a mapping with 'name' and 'overrides'", "rows", index)
+    name = raw.get("name")
+    if not (isinstance(name, str) and _SAFE_NAME.match(name)):
+        raise fail(f"rows[{index}]: 'name' must be a name of letters, digits and _.+- , "
+                   f"got {name!r}", "rows", index)
+    label = f"row '{name}'"
+    for key in raw:
+        if key not in ROW_KEYS:
+            raise fail(f"{label}: unknown key '{key}'{_hint(key, ROW_KEYS)}", "rows", index, key)
+    overrides = _string_list(raw.get("overrides", []))
+    if overrides is None:
+        raise fail(f"{label}: 'overrides' must be a list of key=value strings", "rows", index,
+                   "overrides")
+    override_layers(overrides, f"{label} override", path=file.path,
+                    lines=[file.line_of(["rows", index, "overrides", i])
+                           for i in range(len(overrides))])
+    paper_raw = raw.get("paper") or {}
+    if not isinstance(paper_raw, dict):
+        raise fail(f"{label}: 'paper' must map metrics to numbers or null", "rows", index, "paper")
+    paper: dict[str, float | None] = {metric: None for metric in metrics}
+    for metric, value in paper_raw.items():
+        if metric not in metrics:
+            raise fail(f"{label}: paper number for '{metric}', which is not in the table's "
+                       f"metrics{_hint(metric, metrics)}", "rows", index, "paper", metric)
+        if value is not None and not (_is_number(value) and math.isfinite(value)):
+            raise fail(f"{label}: paper value of '{metric}' must be a number or null, got "
+                       f"{value!r}", "rows", index, "paper", metric)
+        paper[metric] = None if value is None else float(value)
+    notes = raw.get("notes", "")
+    if not isinstance(notes, str):
+        raise fail(f"{label}: 'notes' must be a string", "rows", index, "notes")
+    return TableRow(name=name, overrides=tuple(overrides), paper=paper, notes=notes, index=index)
+
+
+def _string_list(value: Any) -> list[str] | None:
+    """`value` if it is a list of strings, else None."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _hint(name: str, valid: Sequence[str]) -> str:
+    close = difflib.get_close_matches(str(name), valid, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else f"; valid: {', '.join(valid)}"

@@ -1,0 +1,300 @@
+"""Run a table file row by row and seed by seed: `docmt table TABLE.yaml` (DESIGN.md sections 9-10).
+
+Each run lives in `results/<table id>/<row>/seed<S>/`:
+
+    config.yaml    the resolved run config (`config.save_config`)
+    log.txt        what the run printed (stdout, stderr, logging records), plus a failure's traceback
+    metrics.json   what `run_row` returned; its presence marks the run finished, so a re-run skips it
+    error.json     why the last attempt failed (removed when the run is retried)
+
+and the table in `results/<table id>/table.{md,csv,png}`. A failing run is recorded and the others
+continue. Every selected row is composed before anything runs, so a config error stops the table
+before any training; a finished run whose saved config differs from the one composed now is also an
+error (re-running with another profile must not silently reuse old numbers).
+
+The training itself is injected: `run_row(cfg, run_dir) -> {metric: value}`, so this module knows
+nothing of models. `dry_run` instead returns one `docmt fit` command per run, for cluster schedulers.
+
+DDP: Lightning's `ddp` strategy re-launches the command (`docmt table ...`) once per extra device,
+so every rank walks the same table and joins each `trainer.fit`; only global rank zero writes
+files (configs, logs, metrics, the report) and logs to wandb.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import shlex
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
+
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_docmt.config import CONFIG_FILENAME, RESOLVED_KEY, save_config
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.table_report import (DONE, FAILED, FINISHED, INCOMPLETE, RunRecord,
+                                          log_table_to_wandb, summarize, write_bar_chart,
+                                          write_csv, write_markdown)
+from lightning_docmt.table_spec import Table, TableRow, compose_row, load_table
+
+RunRow = Callable[[DictConfig, Path], Mapping[str, Any]]
+
+METRICS_FILE, ERROR_FILE, LOG_FILE = "metrics.json", "error.json", "log.txt"
+# Keys that do not change a run's numbers: a finished run composed with other values here is reused.
+REUSE_IGNORED_KEYS = ("logging", "trainer", "data.num_workers", "data.cache_dir")
+
+
+@dataclass
+class PlannedRun:
+    row: TableRow
+    seed: int
+    cfg: DictConfig
+    run_dir: Path
+
+
+@dataclass
+class TableOutcome:
+    """`records`: the runs of this call (empty for a dry run); `commands`: the dry run's commands;
+    `outputs`: the written report files by kind (`md`, `csv`, `png`)."""
+
+    table: Table
+    records: list[RunRecord] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    outputs: dict[str, Path] = field(default_factory=dict)
+
+
+def run_dir_for(results_dir: str | Path, table_id: str, row: str, seed: int) -> Path:
+    return Path(results_dir) / table_id / row / f"seed{seed}"
+
+
+def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
+              seeds: Sequence[int] | None = None, profile: str | None = None,
+              cli_overrides: Sequence[str] = (), run_row: RunRow | None = None,
+              results_dir: str | Path = "results", dry_run: bool = False) -> TableOutcome:
+    """Run the selected rows for each seed, skip finished runs, then write the table report.
+
+    Seeds: `seeds`, else the table's `seeds:`, else each row's own `train.seed`. The report covers
+    every row of the table with the runs found on disk for those seeds (all seeds found, when none
+    are given), so tables filled by several calls (`--rows a`, then `--rows b`) come out whole.
+    """
+    table = load_table(table_path)
+    seed_list = list(seeds) if seeds else (list(table.seeds) if table.seeds else None)
+    plan = []
+    for row in table.select(rows):
+        for seed in seed_list or [None]:
+            cfg = compose_row(table, row.name, profile, cli_overrides, seed=seed)
+            plan.append(PlannedRun(row=row, seed=cfg.train.seed, cfg=cfg, run_dir=run_dir_for(
+                results_dir, table.id, row.name, cfg.train.seed)))
+    if dry_run:
+        return TableOutcome(table=table, commands=fit_commands(table, plan, profile, cli_overrides,
+                                                               with_seed=seed_list is not None))
+    if run_row is None:
+        raise ValueError("run_table needs a run_row function unless dry_run is set")
+    for planned in plan:
+        _check_reusable(planned)
+    records = [execute_run(planned.cfg, planned.run_dir, run_row, row=planned.row.name,
+                           seed=planned.seed) for planned in plan]
+    if not is_global_zero():
+        return TableOutcome(table=table, records=records)
+    out_dir = Path(results_dir) / table.id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summaries = summarize(table, collect_records(table, results_dir, seed_list))
+    context = f"Profile: {profile or _common_profile(plan) or 'none'}."
+    outputs = {"md": write_markdown(table, summaries, out_dir / "table.md", context=context),
+               "csv": write_csv(table, summaries, out_dir / "table.csv"),
+               "png": write_bar_chart(table, summaries, out_dir / "table.png")}
+    if any(planned.cfg.logging.wandb for planned in plan):
+        log_table_to_wandb(table, summaries, outputs["png"], project=plan[0].cfg.logging.project,
+                           out_dir=out_dir)
+    return TableOutcome(table=table, records=records, outputs=outputs)
+
+
+def fit_commands(table: Table, plan: Sequence[PlannedRun], profile: str | None,
+                 cli_overrides: Sequence[str], *, with_seed: bool) -> list[str]:
+    """One shell-quoted `docmt fit TABLE --row NAME [--seed S] [--profile P] [k=v ...]` per run."""
+    commands = []
+    for planned in plan:
+        argv = ["docmt", "fit", str(table.path), "--row", planned.row.name]
+        argv += ["--seed", str(planned.seed)] if with_seed else []
+        argv += ["--profile", profile] if profile else []
+        commands.append(shlex.join([*argv, *cli_overrides]))
+    return commands
+
+
+def execute_run(cfg: DictConfig, run_dir: Path, run_row: RunRow, *, row: str, seed: int) -> RunRecord:
+    """Run one (row, seed) unless finished; record metrics or the failure; never raise on failure."""
+    if (run_dir / METRICS_FILE).is_file():
+        return RunRecord(row=row, seed=seed, run_dir=run_dir, status=FINISHED,
+                         metrics=_read_json(run_dir / METRICS_FILE), log_path=run_dir / LOG_FILE)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not is_global_zero():  # another rank of a DDP run: train, leave the records to rank zero
+        return RunRecord(row=row, seed=seed, run_dir=run_dir, status=DONE,
+                         metrics=_checked_metrics(run_row(cfg, run_dir)))
+    (run_dir / ERROR_FILE).unlink(missing_ok=True)
+    save_config(cfg, run_dir)
+    log_path = run_dir / LOG_FILE
+    started = time.monotonic()
+    with _captured_output(log_path):
+        print(f"[{cfg.logging.group}] row {row}, seed {seed}: {run_dir}", flush=True)
+        try:
+            metrics = _checked_metrics(run_row(cfg, run_dir))
+        except Exception as err:  # a failing row must not stop the table
+            traceback.print_exc()
+            error = f"{type(err).__name__}: {err}"
+            _write_json(run_dir / ERROR_FILE, {"error": error, "log": str(log_path),
+                                               "traceback": traceback.format_exc()})
+            return RunRecord(row=row, seed=seed, run_dir=run_dir, status=FAILED, error=error,
+                             log_path=log_path)
+        print(f"[{cfg.logging.group}] row {row}, seed {seed} finished in "
+              f"{time.monotonic() - started:.1f} s: {metrics}", flush=True)
+    _write_json(run_dir / METRICS_FILE, metrics)
+    return RunRecord(row=row, seed=seed, run_dir=run_dir, status=DONE, metrics=metrics,
+                     log_path=log_path)
+
+
+def is_global_zero() -> bool:
+    """True unless a launcher's rank variable says this is another process of a distributed run."""
+    return all(os.environ.get(name, "0") == "0" for name in _RANK_VARIABLES)
+
+
+_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+
+def collect_records(table: Table, results_dir: str | Path,
+                    seeds: Sequence[int] | None) -> list[RunRecord]:
+    """The runs on disk of every row: `seeds` only, or every `seed<S>` folder when None."""
+    records = []
+    for row in table.rows:
+        row_dir = Path(results_dir) / table.id / row.name
+        found = sorted(int(p.name[4:]) for p in row_dir.glob("seed*") if p.name[4:].isdigit())
+        for seed in (found if seeds is None else [s for s in seeds if s in found]):
+            run_dir = run_dir_for(results_dir, table.id, row.name, seed)
+            records.append(_record_on_disk(row.name, seed, run_dir))
+    return records
+
+
+def _record_on_disk(row: str, seed: int, run_dir: Path) -> RunRecord:
+    log_path = run_dir / LOG_FILE
+    if (run_dir / METRICS_FILE).is_file():
+        return RunRecord(row=row, seed=seed, run_dir=run_dir, status=FINISHED,
+                         metrics=_read_json(run_dir / METRICS_FILE), log_path=log_path)
+    if (run_dir / ERROR_FILE).is_file():
+        error = _read_json(run_dir / ERROR_FILE).get("error", "unknown error")
+        return RunRecord(row=row, seed=seed, run_dir=run_dir, status=FAILED, error=error,
+                         log_path=log_path)
+    return RunRecord(row=row, seed=seed, run_dir=run_dir, status=INCOMPLETE, log_path=log_path)
+
+
+def _check_reusable(planned: PlannedRun) -> None:
+    """A finished run is reused only if its saved config matches (outside REUSE_IGNORED_KEYS)."""
+    saved_path = planned.run_dir / CONFIG_FILENAME
+    if not ((planned.run_dir / METRICS_FILE).is_file() and saved_path.is_file()):
+        return
+    saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
+    saved.pop(RESOLVED_KEY, None)
+    now = _flatten(OmegaConf.to_container(planned.cfg, resolve=True))
+    before = _flatten(saved)
+    differ = sorted(key for key in now.keys() | before.keys()
+                    if now.get(key, "<absent>") != before.get(key, "<absent>")
+                    and not key.startswith(tuple(f"{k}." for k in REUSE_IGNORED_KEYS))
+                    and key not in REUSE_IGNORED_KEYS)
+    if differ:
+        shown = ", ".join(f"{k} ({before.get(k, '<absent>')!r} -> {now.get(k, '<absent>')!r})"
+                          for k in differ[:4]) + (" ..." if len(differ) > 4 else "")
+        raise DocMTInputError(f"holds a finished run of another config: {shown}; delete the folder "
+                              "to run it again, or choose another results directory",
+                              path=planned.run_dir)
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict) and node:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def _checked_metrics(metrics: Any) -> dict[str, Any]:
+    """Numbers become floats; strings (e.g. sacreBLEU signatures) are kept; anything else is wrong."""
+    if not isinstance(metrics, Mapping):
+        raise TypeError(f"run_row must return a mapping of metric names to values, got "
+                        f"{type(metrics).__name__}")
+    checked: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            checked[str(key)] = float(value)
+        elif isinstance(value, str):
+            checked[str(key)] = value
+        else:
+            raise TypeError(f"metric '{key}' must be a number or a string, got {value!r}")
+    return checked
+
+
+def _common_profile(plan: Sequence[PlannedRun]) -> str | None:
+    profiles = {planned.cfg.profile for planned in plan}
+    return profiles.pop() if len(profiles) == 1 else None
+
+
+class _Tee(io.TextIOBase):
+    """Writes to the console stream and to the run's log file."""
+
+    def __init__(self, console: TextIO, log: TextIO):
+        self.console, self.log = console, log
+
+    def write(self, text: str) -> int:
+        self.console.write(text)
+        self.log.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.console.flush()
+        self.log.flush()
+
+    def isatty(self) -> bool:
+        return self.console.isatty()
+
+
+@contextlib.contextmanager
+def _captured_output(log_path: Path) -> Iterator[None]:
+    """Copy stdout, stderr and logging records into `log_path` while still showing them."""
+    with log_path.open("a", encoding="utf-8") as log:
+        handler = logging.StreamHandler(log)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        # Loggers that do not propagate to the root (e.g. Lightning's own) get the handler too.
+        loggers = [logging.getLogger()] + [
+            lg for lg in logging.Logger.manager.loggerDict.values()
+            if isinstance(lg, logging.Logger) and not lg.propagate and lg.handlers]
+        for lg in loggers:
+            lg.addHandler(handler)
+        try:
+            with contextlib.redirect_stdout(_Tee(sys.stdout, log)), \
+                    contextlib.redirect_stderr(_Tee(sys.stderr, log)):
+                yield
+        finally:
+            for lg in loggers:
+                lg.removeHandler(handler)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise DocMTInputError(f"cannot read ({err})", path=path) from None
+    if not isinstance(data, dict):
+        raise DocMTInputError("expected a JSON object", path=path)
+    return data
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Atomic: metrics.json appears complete or not at all (its presence means 'finished')."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

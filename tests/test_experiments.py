@@ -1,0 +1,44 @@
+"""Every row of every experiments/**/*.yaml composes and validates with the real registry (no
+training), at its own profile and at `tiny`; plain run configs there compose too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lightning_docmt.config import compose
+from lightning_docmt.registry import import_all_archs
+from lightning_docmt.table_spec import compose_row, is_table_file, load_table
+from lightning_docmt.yaml_file import YamlFile
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def experiment_cases() -> list[tuple[Path, str | None]]:
+    cases: list[tuple[Path, str | None]] = []
+    for path in sorted(EXPERIMENTS.rglob("*.yaml")):
+        if is_table_file(YamlFile.load(path)):
+            cases += [(path, row.name) for row in load_table(path).rows]
+        else:
+            cases.append((path, None))
+    return cases
+
+
+def test_there_are_experiment_files():
+    assert (EXPERIMENTS / "demo.yaml").is_file() and experiment_cases()
+
+
+@pytest.mark.parametrize("profile", [None, "tiny"])
+@pytest.mark.parametrize("path, row", experiment_cases(),
+                         ids=lambda case: case.name if isinstance(case, Path) else str(case))
+def test_experiment_composes(path, row, profile):
+    import_all_archs()
+    if row is None:
+        cfg = compose(path, [], profile=profile)
+    else:
+        cfg = compose_row(load_table(path), row, profile)
+        assert cfg.logging.name == row
+    assert cfg.model.arch in import_all_archs()
+    if profile is not None:
+        assert cfg.profile == profile
