@@ -1,12 +1,11 @@
 """`DocMTModule`: the LightningModule shared by every architecture (DESIGN.md section 7).
 
-An architecture file defines its `nn.Module` (implementing `nn.seq2seq` 's interface) and a thin
-subclass that only says how to build it:
+An architecture file defines its `nn.Module` (implementing the interface of `nn/seq2seq.py`) and a
+thin subclass that names it:
 
     @register_arch("transformer", TransformerConfig)
     class TransformerModule(DocMTModule):
-        def build_model(self, model_cfg, src_vocab_size, tgt_vocab_size):
-            return TransformerSeq2Seq(model_cfg, src_vocab_size, tgt_vocab_size)
+        seq2seq_class = TransformerSeq2Seq
 
 The shared recipe: label-smoothed cross entropy, Adam with the schedules of `schedules.py`
 (continuable across stages), validation loss and BLEU over the *whole* validation set with
@@ -28,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_docmt import decoding, metrics
 from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.losses import label_smoothed_nll
+from lightning_docmt.registry import get_arch
 from lightning_docmt.schedules import lr_lambda
 
 
@@ -47,9 +47,14 @@ class DocMTModule(pl.LightningModule):
         self._eval_sums = torch.zeros(3)  # loss sum, nll sum, target tokens
 
     # ------------------------------------------------------------------ subclass hook
+    seq2seq_class: type[torch.nn.Module]
+
     def build_model(self, model_cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int
                     ) -> torch.nn.Module:
-        raise NotImplementedError
+        """The arch's nn.Module, built from its typed config dataclass."""
+        config_class = get_arch(model_cfg.arch).config_class
+        typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(config_class), model_cfg))
+        return self.seq2seq_class(typed, src_vocab_size, tgt_vocab_size)
 
     # ------------------------------------------------------------------ training
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

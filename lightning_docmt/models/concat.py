@@ -27,6 +27,8 @@ from torch import Tensor
 from lightning_docmt.data.batch import PAD_ID, SEP_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
+from lightning_docmt.lit import DocMTModule
+from lightning_docmt.registry import register_arch
 
 
 @dataclass
@@ -58,3 +60,10 @@ class ConcatSeq2Seq(TransformerSeq2Seq):
             raise DocMTInputError("the concatenation model needs previous source sentences; set "
                                   "context.prev_sentences > 0", key="context.prev_sentences")
         return concatenate_context(batch["ctx_src"], batch["src"])
+
+
+@register_arch("concat", ConcatConfig)
+class ConcatModule(DocMTModule):
+    """Previous source sentences + <sep> + current sentence through one encoder."""
+
+    seq2seq_class = ConcatSeq2Seq

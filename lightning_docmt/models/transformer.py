@@ -36,6 +36,8 @@ from lightning_docmt.nn.embedding import TokenEmbedding
 from lightning_docmt.nn.layers import LayerInputs, TransformerStack, decoder_layer, encoder_layer
 from lightning_docmt.nn.seq2seq import DecoderCache, EncoderState, Seq2SeqModel
 from lightning_docmt.schema import ModelConfig
+from lightning_docmt.lit import DocMTModule
+from lightning_docmt.registry import register_arch
 
 
 @dataclass
@@ -96,3 +98,10 @@ class TransformerSeq2Seq(Seq2SeqModel):
         hidden = self.decoder(self.tgt_embed(tokens, offset=cache.step), inputs, cache.layers)  # (B, 1, D)
         cache.step += 1
         return self.output(hidden[:, 0])  # (B, V)
+
+
+@register_arch("transformer", TransformerConfig)
+class TransformerModule(DocMTModule):
+    """The sentence-level baseline: no context."""
+
+    seq2seq_class = TransformerSeq2Seq

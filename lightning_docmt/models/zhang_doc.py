@@ -49,6 +49,8 @@ from lightning_docmt.nn.gating import ContextGate
 from lightning_docmt.nn.layers import LayerInputs, TransformerStack, cross_attention_block, encoder_layer
 from lightning_docmt.nn.residual import ResidualBlock
 from lightning_docmt.nn.seq2seq import EncoderState
+from lightning_docmt.lit import DocMTModule
+from lightning_docmt.registry import register_arch
 
 THETA_S_GLOBS = [
     "src_embed.*", "tgt_embed.*", "output.*",
@@ -150,3 +152,10 @@ class ZhangDocSeq2Seq(TransformerSeq2Seq):
         inputs = LayerInputs(self_mask=key_mask(pad), memories={} if context is None else {CONTEXT_MEMORY: context})
         memory = self.encoder(self.src_embed(tokens), inputs)
         return ZhangEncoderState(memory=memory, memory_pad=pad, context=context)
+
+
+@register_arch("zhang_doc", ZhangDocConfig)
+class ZhangDocModule(DocMTModule):
+    """Zhang et al. 2018: context encoder, context attention, context gating."""
+
+    seq2seq_class = ZhangDocSeq2Seq
