@@ -5,6 +5,9 @@ A corpus spec is a string `PREFIX:ARGS` usable in YAML and on the command line:
 `text:SRC,TGT,DOCIDS`. Each reader module registers itself with `@register_reader(prefix)` and
 provides `read(args) -> Corpus` and `fingerprint(args) -> str` (a cheap content hash used to key the
 vocabulary and binarized caches).
+
+Readers that take options use a query string after their arguments: `bible:en-fr?src=kjv&tgt=darby`,
+`synthetic:small?docs=5000&seed=3` (parsed by `split_query`).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import hashlib
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from lightning_docmt.data.types import Corpus
 from lightning_docmt.errors import DocMTInputError
@@ -71,6 +74,26 @@ def corpus_fingerprint(spec: str) -> str:
     """A short hash of the corpus content (and reader version) without parsing it fully."""
     reader, args = parse_spec(spec)
     return hashlib.sha256(f"{spec}\0{reader.fingerprint(args)}".encode()).hexdigest()[:16]
+
+
+def split_query(args: str, *, spec: str, allowed: Iterable[str]) -> tuple[str, dict[str, str]]:
+    """`NAME?key=value&key=value` -> (NAME, {key: value}); unknown, repeated or empty keys are errors."""
+    allowed = sorted(allowed)
+    base, _, query = args.partition("?")
+    options: dict[str, str] = {}
+    for item in query.split("&") if query else []:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise DocMTInputError(f"malformed option '{item}' in '{spec}' (expected key=value)")
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise DocMTInputError(f"unknown option '{key}' in '{spec}'{hint}; options: "
+                                  + ", ".join(allowed))
+        if key in options:
+            raise DocMTInputError(f"option '{key}' given twice in '{spec}'")
+        options[key] = value
+    return base, options
 
 
 def hash_files(*paths: str | Path, extra: str = "") -> str:

@@ -37,3 +37,42 @@ def check_document(doc: Document, *, path: str | Path, line: int | None = None) 
         )
     if not doc.src:
         raise DocMTInputError(f"document '{doc.doc_id}' is empty", path=path, line=line)
+
+
+def parallel_lines(*paths: str | Path) -> Iterator[tuple[int, tuple[str, ...]]]:
+    """Yield `(line number, (line of each file))` over line-parallel files.
+
+    A file that ends before the others raises DocMTInputError naming it and the first missing line.
+    """
+    iterators = [open_text(p) for p in paths]
+    lineno = 0
+    while True:
+        lineno += 1
+        row = [next(it, None) for it in iterators]
+        if all(line is None for line in row):
+            return
+        if any(line is None for line in row):
+            short = paths[row.index(None)]
+            longer = next(p for p, line in zip(paths, row) if line is not None)
+            raise DocMTInputError(f"file ends before line {lineno} but {longer} goes on "
+                                  "(the files must be line-parallel)", path=short, line=lineno)
+        yield lineno, tuple(row)  # type: ignore[arg-type]
+
+
+def normalize_space(text: str) -> str:
+    """Collapse runs of whitespace to one space and strip both ends."""
+    return " ".join(text.split())
+
+
+EMPTY_PAIR = "empty_pair"
+
+
+def keep_pair(src: str, tgt: str, skipped: dict[str, int]) -> bool:
+    """The readers' rule for empty sentences: a pair with an empty side is dropped and counted.
+
+    Returns True when the pair is kept; otherwise increments `skipped[EMPTY_PAIR]`.
+    """
+    if src and tgt:
+        return True
+    skipped[EMPTY_PAIR] = skipped.get(EMPTY_PAIR, 0) + 1
+    return False
