@@ -79,28 +79,32 @@ def test_equal_keys_mix_between_epochs():
 
 
 @pytest.mark.parametrize("world", [2, 3])
-def test_ddp_shards_are_equal_in_count_and_cover_the_epoch(world):
-    single = epoch(sampler(seed=3))
-    shards = [epoch(sampler(seed=3, num_replicas=world, rank=r)) for r in range(world)]
-    assert len({len(s) for s in shards}) == 1
-    counts = Counter(tuple(b) for s in shards for b in s)
-    assert set(counts) == set(map(tuple, single))  # every batch of the epoch, nothing else
-    repeats = sum(c - 1 for c in counts.values())
-    assert repeats == len(shards[0]) * world - len(single) < world
-    flat = {i for s in shards for b in s for i in b}
-    assert flat == set(INDICES.tolist())
-
-
-@pytest.mark.parametrize("world", [2, 3])
-def test_eval_shards_are_disjoint_sorted_and_complete(world):
-    shards = [epoch(sampler(num_replicas=world, rank=r, shuffle=False, even=False))
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_ddp_shards_have_equal_counts_and_each_sentence_exactly_once(world, shuffle):
+    single = epoch(sampler(seed=3, shuffle=shuffle))
+    shards = [epoch(sampler(seed=3, shuffle=shuffle, num_replicas=world, rank=r))
               for r in range(world)]
-    flat = [i for s in shards for b in s for i in b]
-    assert sorted(flat) == INDICES.tolist()  # exactly once across ranks
-    assert max(map(len, shards)) - min(map(len, shards)) <= 1
-    single = epoch(sampler(shuffle=False, even=False))
-    firsts = [SIZE_OF[b[0]][0] for b in single]
-    assert firsts == sorted(firsts)  # length-sorted, no shuffle
+    assert len({len(s) for s in shards}) == 1
+    assert sum(map(len, shards)) - len(single) < world  # only a few batches split to balance
+    assert sorted(i for s in shards for b in s for i in b) == INDICES.tolist()
+    assert all(padded_cost(b) <= BUDGET or len(b) == 1 for s in shards for b in s)
+
+
+def test_eval_order_is_sorted_by_length():
+    batches = epoch(sampler(shuffle=False))
+    firsts = [SIZE_OF[b[0]][0] for b in batches]
+    assert firsts == sorted(firsts)
+
+
+def test_fewer_batches_than_ranks_are_split_and_only_singletons_repeat():
+    sizes = np.ones((2, 4), dtype=int)
+    shards = [epoch(TokenBudgetBatchSampler(np.arange(4), sizes, 1000, num_replicas=3, rank=r))
+              for r in range(3)]  # one batch of 4 -> split into 2 + 1 + 1
+    assert sorted(i for s in shards for b in s for i in b) == [0, 1, 2, 3]
+    assert [len(s) for s in shards] == [1, 1, 1]
+    one = [epoch(TokenBudgetBatchSampler(np.arange(1), sizes[:, :1], 1000, num_replicas=2, rank=r))
+           for r in range(2)]
+    assert one == [[[0]], [[0]]]  # a single sentence for two ranks: repeated, never empty
 
 
 def test_resume_mid_epoch_gives_the_identical_remaining_batches():
@@ -174,7 +178,7 @@ def test_document_order_yields_each_documents_targets_in_order():
 
 
 def test_document_order_batch_j_holds_sentence_j_of_each_group_document():
-    batches = epoch(doc_sampler(max_documents=len(DOC_SIZES), shuffle=False, even=False))
+    batches = epoch(doc_sampler(max_documents=len(DOC_SIZES), shuffle=False))
     per_doc_targets = [[t for t in TARGETS if DOC_OF[t] == d] for d in range(len(DOC_SIZES))]
     expected = [sorted(ts[j] for ts in per_doc_targets if len(ts) > j)
                 for j in range(max(map(len, per_doc_targets)))]
@@ -190,10 +194,14 @@ def test_document_order_ddp_equal_counts_every_target_seen(world):
     assert {i for s in shards for b in s for i in b} == set(TARGETS.tolist())
 
 
-def test_document_order_eval_shards_without_repeats():
-    shards = [epoch(doc_sampler(num_replicas=2, rank=r, shuffle=False, even=False))
-              for r in range(2)]
+@pytest.mark.parametrize("world", [2, 3])
+def test_document_order_eval_shards_without_repeats_and_none_empty(world):
+    shards = [epoch(doc_sampler(num_replicas=world, rank=r, shuffle=False, max_documents=100))
+              for r in range(world)]
+    assert all(shards)
     assert sorted(i for s in shards for b in s for i in b) == TARGETS.tolist()
+    for s in shards:
+        check_document_order(s, 100)
 
 
 def test_document_order_resumes_mid_epoch():

@@ -91,7 +91,7 @@ class DocumentWindowDataModule(pl.LightningDataModule):
 
     def _sampler(self, split: BinarizedSplit, indices: np.ndarray, *, train: bool) -> ShardedBatchSampler:
         rank, world = self._dist()
-        common = dict(num_replicas=world, rank=rank, seed=self.seed, shuffle=train, even=train)
+        common = dict(num_replicas=world, rank=rank, seed=self.seed, shuffle=train)
         if self.data_cfg.document_order:
             return DocumentOrderBatchSampler(split.doc_offsets, indices, self.max_documents, **common)
         budget = self.data_cfg.max_tokens if train else self.data_cfg.eval_max_tokens

@@ -13,11 +13,12 @@ is the same every epoch, so every epoch has exactly the same number of batches: 
 an epoch's length when it first builds the loader, and DDP ranks must agree on it. A wider
 `bucket_width` gives more equal keys, hence more mixing between epochs, at the price of padding.
 
-Sharding (`even=True`, training): the epoch's batch list is extended cyclically to a multiple of
-the world size and rank r takes batches r, r + W, ...: every rank gets the same number of
-batches (no DDP hang) and every sentence is seen at least once per epoch; at most W - 1 batches
-repeat. `even=False` (evaluation): no repeats, ranks may differ by one batch; hypotheses are
-gathered by `sent_index`.
+Sharding: rank r takes batches r, r + W, ... of the epoch's list. To give every rank the same
+number of batches (a rank that runs out first hangs DDP; Lightning also refuses a rank with no
+batch) without showing any sentence twice, the batch with the most sentences is split in two
+until the count is a multiple of W (fewer than W extra batches, all within the budget). Only
+when every batch is a single sentence are batches repeated instead (fewer than W). This holds
+for training and evaluation alike: each sentence exactly once per epoch, across all ranks.
 
 State: `state_dict()` = {epoch, seed, position, num_replicas}; position counts this rank's batches
 of the epoch already consumed, and a sampler loaded from it continues with exactly the remaining
@@ -43,13 +44,12 @@ class ShardedBatchSampler(DistributedSampler):
     starts at the loaded position.
     """
 
-    def __init__(self, *, num_replicas: int = 1, rank: int = 0, seed: int = 0, shuffle: bool = True,
-                 even: bool = True):
+    def __init__(self, *, num_replicas: int = 1, rank: int = 0, seed: int = 0, shuffle: bool = True):
         # DistributedSampler.__init__ is not called: it wants a dataset and a process group.
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} outside world size {num_replicas}")
         self.num_replicas, self.rank, self.seed = num_replicas, rank, seed
-        self.shuffle, self.even, self.drop_last = shuffle, even, False
+        self.shuffle, self.drop_last = shuffle, False
         self.epoch = 0
         self.position = 0  # batches of `epoch` handed out on this rank
         self._resume_at = 0  # where the next iteration starts (set by load_state_dict)
@@ -106,39 +106,52 @@ class ShardedBatchSampler(DistributedSampler):
         self.position = self._resume_at = position
 
 
-def shard(batches: list[np.ndarray], rank: int, world: int, even: bool) -> list[np.ndarray]:
-    """Batches rank, rank + world, ...; `even` first extends the list cyclically to a multiple
-    of `world` so that every rank gets the same number."""
-    if even and batches:
-        total = math.ceil(len(batches) / world) * world
-        batches = [batches[i % len(batches)] for i in range(total)]
+def shard(batches: list[np.ndarray], rank: int, world: int) -> list[np.ndarray]:
+    """Batches rank, rank + world, ... after balancing the count to a multiple of `world` by
+    splitting the largest batches (see the module docstring)."""
+    batches = list(batches)
+    while batches and len(batches) % world:
+        sizes = [len(b) for b in batches]
+        big = int(np.argmax(sizes))
+        if sizes[big] < 2:  # only single sentences left to split: repeat some
+            total = math.ceil(len(batches) / world) * world
+            batches = [batches[i % len(batches)] for i in range(total)]
+            break
+        batches[big:big + 1] = [batches[big][:sizes[big] // 2], batches[big][sizes[big] // 2:]]
     return batches[rank::world]
 
 
-def pack_greedy(sorted_sizes: np.ndarray, max_tokens: int) -> np.ndarray:
+def key_runs(sorted_keys: np.ndarray) -> np.ndarray:
+    """Start of every run of identical columns in (n_keys, n) sorted keys, (n_runs,) int64."""
+    change = np.any(sorted_keys[:, 1:] != sorted_keys[:, :-1], axis=0)
+    return np.flatnonzero(np.concatenate(([True], change)))
+
+
+def pack_greedy(sorted_sizes: np.ndarray, max_tokens: int, chunk: int = 1 << 16) -> np.ndarray:
     """Batch boundaries over rows already in packing order, (n_batches + 1,) int64.
 
     `sorted_sizes` is (n_tensors, n); a batch's cost is n * sum of per-tensor maxima. Runs of
-    identical columns are packed together, so the loop is over distinct keys, not sentences.
+    identical columns are packed together, so the loop is over distinct keys, not sentences,
+    and keys become Python lists `chunk` runs at a time to bound memory.
     """
     n = sorted_sizes.shape[1]
     if n == 0:
         return np.zeros(1, dtype=np.int64)
-    change = np.any(sorted_sizes[:, 1:] != sorted_sizes[:, :-1], axis=0)
-    starts = np.flatnonzero(np.concatenate(([True], change)))
-    counts = np.diff(np.append(starts, n)).tolist()
-    keys = sorted_sizes[:, starts].T.tolist()
+    starts = key_runs(sorted_sizes)
+    counts = np.diff(np.append(starts, n))
     bounds, pos, size, longest = [0], 0, 0, [0] * sorted_sizes.shape[0]
-    for key, remaining in zip(keys, counts):
-        while remaining:
-            widened = [max(a, b) for a, b in zip(longest, key)]
-            fit = max_tokens // sum(widened) - size
-            if fit <= 0 and size > 0:  # close the current batch, retry the key in a new one
-                bounds.append(pos)
-                size, longest = 0, [0] * len(longest)
-                continue
-            take = min(max(fit, 1), remaining)
-            pos, size, remaining, longest = pos + take, size + take, remaining - take, widened
+    for c in range(0, len(starts), chunk):
+        keys = sorted_sizes[:, starts[c:c + chunk]].T.tolist()
+        for key, remaining in zip(keys, counts[c:c + chunk].tolist()):
+            while remaining:
+                widened = [max(a, b) for a, b in zip(longest, key)]
+                fit = max_tokens // sum(widened) - size
+                if fit <= 0 and size > 0:  # close the current batch, retry the key in a new one
+                    bounds.append(pos)
+                    size, longest = 0, [0] * len(longest)
+                    continue
+                take = min(max(fit, 1), remaining)
+                pos, size, remaining, longest = pos + take, size + take, remaining - take, widened
     if bounds[-1] != pos:
         bounds.append(pos)
     return np.asarray(bounds, dtype=np.int64)
@@ -162,8 +175,8 @@ class TokenBudgetBatchSampler(ShardedBatchSampler):
         order = np.lexsort(keys[::-1])  # first row is the primary key
         sorted_keys = keys[:, order]
         self._sorted = np.asarray(indices, dtype=np.int64)[order]
-        change = np.any(sorted_keys[:, 1:] != sorted_keys[:, :-1], axis=0)
-        self._group = np.concatenate(([0], np.cumsum(change))).astype(np.int64)  # equal-key runs
+        runs = np.diff(np.append(key_runs(sorted_keys), len(order)))
+        self._group = np.repeat(np.arange(len(runs)), runs)  # equal keys share a group id
         self._bounds = pack_greedy(sorted_keys, max_tokens)
 
     @property
@@ -178,4 +191,4 @@ class TokenBudgetBatchSampler(ShardedBatchSampler):
             ordered = ordered[np.lexsort((rng.random(len(ordered)), self._group))]
             batch_order = rng.permutation(self.n_batches)
         batches = [ordered[self._bounds[b]:self._bounds[b + 1]] for b in batch_order]
-        return shard(batches, self.rank, self.num_replicas, self.even)
+        return shard(batches, self.rank, self.num_replicas)
