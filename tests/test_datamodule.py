@@ -119,6 +119,17 @@ def test_document_order_mode(spec, tmp_path):
         assert (batch["ctx_tgt"][first, 1:] == PAD_ID).all()  # empty context: one <eos>
 
 
+def test_seed_defaults_to_the_lightning_global_seed(spec, tmp_path, monkeypatch):
+    data, vocab = configs(spec, tmp_path, max_tokens=120)
+
+    def order(**kwargs):
+        return [b["sent_index"].tolist()
+                for b in DocumentWindowDataModule(data, vocab, CONTEXT, **kwargs).train_dataloader()]
+
+    monkeypatch.setenv("PL_GLOBAL_SEED", "5")
+    assert order() == order(seed=5) != order(seed=6)
+
+
 def test_datamodule_state_resumes_the_training_loader(spec, tmp_path):
     data, vocab = configs(spec, tmp_path, max_tokens=120)
     full = [b["sent_index"].tolist() for b in DocumentWindowDataModule(data, vocab, CONTEXT, seed=3)

@@ -18,6 +18,7 @@ loader continue the interrupted epoch with exactly the batches it would have pro
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import lightning.pytorch as pl
@@ -37,11 +38,15 @@ from lightning_docmt.schema import ContextConfig, DataConfig, VocabConfig
 
 class DocumentWindowDataModule(pl.LightningDataModule):
     def __init__(self, data: DataConfig, vocab: VocabConfig, context: ContextConfig, *,
-                 max_documents: int = 128, seed: int = 1, rank: int = 0, world_size: int = 1):
+                 max_documents: int = 128, seed: int | None = None, rank: int = 0,
+                 world_size: int = 1):
+        """`seed` drives the per-epoch shuffles; None takes the seed of the last
+        `pl.seed_everything` call (0 if none). `rank`/`world_size` apply without a trainer."""
         super().__init__()
         self.data_cfg, self.vocab_cfg = data, vocab
         self.window = WindowSpec.from_config(context)
-        self.max_documents, self.seed = max_documents, seed
+        self.max_documents = max_documents
+        self.seed = int(os.environ.get("PL_GLOBAL_SEED", 0)) if seed is None else seed
         self._rank, self._world_size = rank, world_size
         self._splits: dict[str, BinarizedSplit] = {}
         self._vocabs: tuple[Vocabulary, Vocabulary] | None = None
