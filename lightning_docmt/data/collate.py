@@ -1,0 +1,75 @@
+"""Sentence indices -> the batch dict of `data/batch.py`.
+
+`WindowDataset` is indexed by a whole batch (the list of sentence indices a batch sampler
+yields): the DataLoader runs with `batch_size=None` and the batch sampler as its `sampler`, so
+windows are cut and padded inside the workers and only finished tensors cross processes.
+`row_lengths` gives the unpadded length of every tensor row, for token-budget batching.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID
+from lightning_docmt.data.cache import BinarizedSplit
+from lightning_docmt.data.windows import WindowSpec, context_lengths, context_window
+
+
+def pad(rows: Sequence[np.ndarray]) -> torch.Tensor:
+    """Right-pad 1-D int arrays with PAD_ID into a (B, max_len) int64 tensor."""
+    out = np.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=np.int64)
+    for b, row in enumerate(rows):
+        out[b, :len(row)] = row
+    return torch.from_numpy(out)
+
+
+def collate(split: BinarizedSplit, indices: Sequence[int], spec: WindowSpec) -> dict[str, torch.Tensor]:
+    """The batch of the given sentences, in the given order."""
+    index = np.asarray(indices, dtype=np.int64)
+    doc = split.doc_index(index)
+    doc_start, doc_end = split.doc_offsets[doc], split.doc_offsets[doc + 1]
+    src = [np.append(split.src[i], EOS_ID) for i in index]
+    tgt = [np.asarray(split.tgt[i], dtype=np.int64) for i in index]
+    batch = {
+        "src": pad(src),
+        "tgt_in": pad([np.insert(t, 0, BOS_ID) for t in tgt]),
+        "tgt_out": pad([np.append(t, EOS_ID) for t in tgt]),
+        "sent_index": torch.from_numpy(index),
+        "doc_index": torch.from_numpy(doc.astype(np.int64)),
+        "pos_in_doc": torch.from_numpy(index - doc_start),
+    }
+    for key, (side, direction, size) in spec.sides().items():
+        tokens = getattr(split, side)
+        windows = [context_window(tokens.ids, tokens.offsets, int(i), int(s), int(e), direction,
+                                  size, spec.max_tokens, spec.separator)
+                   for i, s, e in zip(index, doc_start, doc_end)]
+        batch[key] = pad([w[0] for w in windows])
+        batch[f"{key}_seg"] = pad([w[1] for w in windows])
+    return batch
+
+
+def row_lengths(split: BinarizedSplit, spec: WindowSpec) -> np.ndarray:
+    """(n_tensors, n_sentences) int32: the length of sentence i's row in `src`, in `tgt_in`
+    (= `tgt_out`) and in each context tensor present, in that order."""
+    rows = [split.src.lengths() + 1, split.tgt.lengths() + 1]
+    for side, direction, size in spec.sides().values():
+        rows.append(context_lengths(getattr(split, side).offsets, split.doc_offsets, direction,
+                                    size, spec.max_tokens, spec.separator))
+    return np.stack(rows).astype(np.int32)
+
+
+class WindowDataset(Dataset):
+    """`dataset[batch_indices]` -> batch dict. Picklable: workers re-open the memory maps."""
+
+    def __init__(self, split: BinarizedSplit, spec: WindowSpec):
+        self.split, self.spec = split, spec
+
+    def __len__(self) -> int:
+        return self.split.n_sentences
+
+    def __getitem__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        return collate(self.split, indices, self.spec)

@@ -1,0 +1,132 @@
+"""Vocabulary + binarized splits of a config, built once and shared (`docmt prepare`, DESIGN.md 9).
+
+Cache layout under `data.cache_dir`:
+`vocab/<vocab key>/` (see `vocab.py`) and `bin/<split>-<split key>/` (see `cache.py`). The keys
+are computed from corpus fingerprints and options alone, so `cache_layout` finds existing
+entries without reading any corpus; `build_caches` reads each corpus at most once, and only when
+something is missing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from lightning_docmt.data.cache import CACHE_FORMAT, LengthFilter, build_cache
+from lightning_docmt.data.cachedir import build_once, content_key
+from lightning_docmt.data.corpora import read_corpus
+from lightning_docmt.data.splits import SplitSource, split_sources
+from lightning_docmt.data.types import Corpus, Document
+from lightning_docmt.data.vocab import build_vocabularies, load_vocabularies, vocab_dir
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.schema import DataConfig, VocabConfig
+
+STAT_KEYS = ("documents", "sentences", "src_tokens", "tgt_tokens", "src_subwords", "tgt_subwords",
+             "filtered", "targets")
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    vocab_dir: Path
+    split_dirs: dict[str, Path]
+
+
+def check_data_config(data: DataConfig) -> None:
+    for key in ("max_len", "max_tokens", "eval_max_tokens"):
+        if getattr(data, key) < 1:
+            raise DocMTInputError("must be positive", key=f"data.{key}")
+    for key in ("max_len_ratio", "bucket_width", "num_workers"):
+        if getattr(data, key) < 0:
+            raise DocMTInputError("must be >= 0", key=f"data.{key}")
+
+
+def _length_filter(data: DataConfig, split: str) -> LengthFilter | None:
+    """Only the training split is filtered; valid/test keep every sentence."""
+    return LengthFilter(data.max_len, data.max_len_ratio) if split == "train" else None
+
+
+def cache_layout(data: DataConfig, vocab: VocabConfig) -> CacheLayout:
+    check_data_config(data)
+    sources = split_sources(data)
+    vdir = vocab_dir(data.cache_dir, vocab, sources["train"].fingerprint())
+    split_dirs = {}
+    for split, source in sources.items():
+        lf = _length_filter(data, split)
+        key = content_key({"format": CACHE_FORMAT, "source": source.fingerprint(),
+                           "vocab": vdir.name, "filter": lf and [lf.max_len, lf.max_len_ratio],
+                           "text": split != "train"})
+        split_dirs[split] = Path(data.cache_dir) / "bin" / f"{split}-{key}"
+    return CacheLayout(vdir, split_dirs)
+
+
+class _CorpusReader:
+    """Reads each spec at most once per build."""
+
+    def __init__(self) -> None:
+        self._corpora: dict[str, Corpus] = {}
+
+    def corpus(self, spec: str) -> Corpus:
+        if spec not in self._corpora:
+            self._corpora[spec] = read_corpus(spec)
+        return self._corpora[spec]
+
+    def documents(self, source: SplitSource) -> list[Document]:
+        return source.select(self.corpus(source.spec))
+
+
+def build_caches(data: DataConfig, vocab: VocabConfig) -> CacheLayout:
+    """Build whatever is missing of the vocabulary and the three splits; safe to run
+    concurrently (each entry is built under a lock and renamed into place)."""
+    layout = cache_layout(data, vocab)
+    sources = split_sources(data)
+    reader = _CorpusReader()
+    train = sources["train"]
+    if not layout.vocab_dir.is_dir() and not reader.documents(train):
+        which = "data.train" if train.override else "data.corpus"
+        raise DocMTInputError(f"no training documents in '{train.spec}' to build a vocabulary from",
+                              key=which)
+
+    def train_sentences(side: str) -> Iterator[str]:
+        for doc in reader.documents(train):
+            yield from getattr(doc, side)
+
+    build_vocabularies(vocab, train_sentences("src"), train_sentences("tgt"), data.cache_dir,
+                       train.fingerprint())
+    src_vocab, tgt_vocab = load_vocabularies(layout.vocab_dir)
+    for split, directory in layout.split_dirs.items():
+        source = sources[split]
+
+        def build(tmp: Path, source: SplitSource = source) -> None:
+            corpus = reader.corpus(source.spec)
+            build_cache(source.select(corpus), src_vocab, tgt_vocab, tmp,
+                        length_filter=_length_filter(data, source.split),
+                        keep_text=source.split != "train",
+                        extra_meta={"split": source.split, "spec": source.spec,
+                                    "reader_skipped": corpus.skipped})
+
+        build_once(directory, build)
+    return layout
+
+
+def read_meta(directory: Path) -> dict[str, Any]:
+    return json.loads((Path(directory) / "meta.json").read_text())
+
+
+def prepare(cfg: Any) -> dict[str, Any]:
+    """Build vocab + caches for `cfg.data` / `cfg.vocab`; JSON-able stats.
+
+    `{"train"|"valid"|"test": {documents, sentences, src_tokens, tgt_tokens (whitespace),
+    src_subwords, tgt_subwords, filtered, targets}, "vocab": {...}, "skipped": {spec: {...}}}`
+    where `skipped` holds what the corpus readers left out by rule.
+    """
+    layout = build_caches(cfg.data, cfg.vocab)
+    src_vocab, tgt_vocab = load_vocabularies(layout.vocab_dir)
+    metas = {split: read_meta(d) for split, d in layout.split_dirs.items()}
+    stats: dict[str, Any] = {split: {k: m[k] for k in STAT_KEYS} for split, m in metas.items()}
+    stats["vocab"] = {"type": cfg.vocab.type, "joint": src_vocab is tgt_vocab,
+                      "src_size": len(src_vocab), "tgt_size": len(tgt_vocab),
+                      "path": str(layout.vocab_dir)}
+    stats["skipped"] = {m["spec"]: m["reader_skipped"] for m in metas.values() if m["reader_skipped"]}
+    return stats

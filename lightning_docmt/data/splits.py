@@ -1,0 +1,52 @@
+"""Which documents make up the train / valid / test splits of a `DataConfig`.
+
+`data.corpus` provides every split from its own `split` labels; its unlabelled documents are
+training data. `data.train` / `data.valid` / `data.test` replace one split with another spec, of
+which the documents labelled with that split *or unlabelled* are taken: a corpus without labels
+given as `data.test=iwslt:...` is wholly the test split. `data.train_fraction` keeps the first
+fraction of the training documents (ablations over training-set size).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lightning_docmt.data.corpora import corpus_fingerprint
+from lightning_docmt.data.types import SPLITS, Corpus, Document
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.schema import DataConfig
+
+
+@dataclass(frozen=True)
+class SplitSource:
+    """Where one split comes from: a spec and the rule that picks its documents."""
+
+    split: str
+    spec: str
+    override: bool  # True: given as data.<split>; unlabelled documents belong to the split
+    fraction: float = 1.0
+
+    def select(self, corpus: Corpus) -> list[Document]:
+        wanted = {self.split, None} if (self.override or self.split == "train") else {self.split}
+        docs = [d for d in corpus.documents if d.split in wanted]
+        if self.fraction < 1.0:
+            docs = docs[: math.ceil(self.fraction * len(docs))]
+        return docs
+
+    def fingerprint(self) -> str:
+        """Identifies the selected documents without reading the corpus."""
+        rule = "override" if self.override else "labelled"
+        return f"{corpus_fingerprint(self.spec)}:{self.split}:{rule}:{self.fraction!r}"
+
+
+def split_sources(data: DataConfig) -> dict[str, SplitSource]:
+    if not 0.0 < data.train_fraction <= 1.0:
+        raise DocMTInputError(f"must be in (0, 1], got {data.train_fraction}",
+                              key="data.train_fraction")
+    sources = {}
+    for split in SPLITS:
+        override = getattr(data, split)
+        fraction = data.train_fraction if split == "train" else 1.0
+        sources[split] = SplitSource(split, override or data.corpus, override is not None, fraction)
+    return sources

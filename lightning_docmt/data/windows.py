@@ -1,0 +1,110 @@
+"""Document windows around sentence i (DESIGN.md section 5; layout in `data/batch.py`).
+
+Pure functions over the flat token arrays of `cache.TokenArray` (`ids`, `offsets`): the sentences
+of a document are contiguous, so the k previous sentences of sentence i are one slice
+`ids[offsets[i-k]:offsets[i]]` and nothing per sentence is kept in Python.
+
+Layout of one context side (k' = the number of neighbours that exist inside the document):
+previous sentences oldest first / next sentences nearest first, joined by `<sep>` when
+`separator` is on, then `<eos>`. Segment ids are the distance d of a token's sentence from
+sentence i (a `<sep>` takes the id of the sentence it closes); the final `<eos>` gets 1, or 0 for
+an empty context, which is the single token `<eos>` (Zhang et al. 2018 reference pipeline,
+reading Z4 in ablations.md). A side longer than `max_tokens` (`<eos>` included) loses its oldest
+tokens first: the left of a previous-context, the right of a next-context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lightning_docmt.data.batch import EOS_ID, SEP_ID
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.schema import ContextConfig
+
+CONTEXT_SIDES = ("source", "target", "mix")
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """Which context sides a batch carries and how they are laid out.
+
+    `context.side`: source -> `ctx_src` (k previous source sentences); target -> `ctx_tgt`
+    (k previous reference target sentences); mix -> both. `ctx_next` (m next source sentences)
+    is independent of the side.
+    """
+
+    prev_src: int = 0
+    next_src: int = 0
+    prev_tgt: int = 0
+    max_tokens: int = 256
+    separator: bool = True
+
+    @classmethod
+    def from_config(cls, cfg: ContextConfig) -> WindowSpec:
+        if cfg.side not in CONTEXT_SIDES:
+            raise DocMTInputError(f"must be one of {', '.join(CONTEXT_SIDES)}, got {cfg.side!r}",
+                                  key="context.side")
+        for key in ("prev_sentences", "next_sentences"):
+            if getattr(cfg, key) < 0:
+                raise DocMTInputError("must be >= 0", key=f"context.{key}")
+        if cfg.max_tokens < 1:
+            raise DocMTInputError("must be >= 1 (the final <eos>)", key="context.max_tokens")
+        k = cfg.prev_sentences
+        return cls(prev_src=k if cfg.side in ("source", "mix") else 0, next_src=cfg.next_sentences,
+                   prev_tgt=k if cfg.side in ("target", "mix") else 0, max_tokens=cfg.max_tokens,
+                   separator=cfg.separator)
+
+    def sides(self) -> dict[str, tuple[str, int, int]]:
+        """Batch key -> (token side, direction, size) of every context side present."""
+        wanted = {"ctx_src": ("src", -1, self.prev_src), "ctx_next": ("src", +1, self.next_src),
+                  "ctx_tgt": ("tgt", -1, self.prev_tgt)}
+        return {key: v for key, v in wanted.items() if v[2] > 0}
+
+
+def neighbours(i: np.ndarray | int, doc_start: np.ndarray | int, doc_end: np.ndarray | int,
+               direction: int, size: int) -> np.ndarray | int:
+    """How many of the `size` previous (direction -1) or next (+1) sentences exist in the doc."""
+    room = (i - doc_start) if direction < 0 else (doc_end - 1 - i)
+    return np.minimum(size, room)
+
+
+def context_window(ids: np.ndarray, offsets: np.ndarray, i: int, doc_start: int, doc_end: int,
+                   direction: int, size: int, max_tokens: int, separator: bool
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, segment ids) of one context side of sentence i, both (L,) int64."""
+    n = int(neighbours(i, doc_start, doc_end, direction, size))
+    if n == 0:
+        return np.array([EOS_ID], dtype=np.int64), np.zeros(1, dtype=np.int64)
+    first = i - n if direction < 0 else i + 1  # sentences first .. first+n-1, document order
+    bounds = offsets[first:first + n + 1] - offsets[first]
+    tokens = np.asarray(ids[offsets[first]:offsets[first + n]], dtype=np.int64)
+    distance = np.arange(n, 0, -1) if direction < 0 else np.arange(1, n + 1)
+    segments = np.repeat(distance, np.diff(bounds))
+    if separator and n > 1:
+        tokens = np.insert(tokens, bounds[1:-1], SEP_ID)
+        segments = np.insert(segments, bounds[1:-1], distance[:-1])
+    body = max_tokens - 1
+    if len(tokens) > body:  # drop the oldest tokens: far left (previous) or far right (next)
+        keep = slice(len(tokens) - body, None) if direction < 0 else slice(0, body)
+        tokens, segments = tokens[keep], segments[keep]
+    return np.append(tokens, EOS_ID), np.append(segments, 1)
+
+
+def context_lengths(offsets: np.ndarray, doc_offsets: np.ndarray, direction: int, size: int,
+                    max_tokens: int, separator: bool) -> np.ndarray:
+    """Length of `context_window` for every sentence at once, (n,) int64 (vectorised)."""
+    n_sent = len(offsets) - 1
+    doc_sizes = np.diff(doc_offsets)
+    start = np.repeat(doc_offsets[:-1], doc_sizes)
+    end = np.repeat(doc_offsets[1:], doc_sizes)
+    i = np.arange(n_sent)
+    n = neighbours(i, start, end, direction, size)
+    if direction < 0:
+        body = offsets[i] - offsets[i - n]
+    else:
+        body = offsets[i + 1 + n] - offsets[i + 1]
+    if separator:
+        body = body + np.maximum(n - 1, 0)
+    return np.minimum(body, max_tokens - 1) + 1
