@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--row", help="a row of a table YAML")
     p.add_argument("--seed", type=int)
     p.add_argument("--profile")
+    p.add_argument("--results", default="results", help="where table rows are written")
 
     p = sub.add_parser("test", help="metrics of a trained run on its test set")
     p.add_argument("run", help="a run directory or its config.yaml")
@@ -87,7 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     _environment_defaults()
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may stand before or after options (`--row r a.b=1 --seed 2 c=3`)
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     from lightning_docmt import commands  # noqa: F401  (registers the sub-commands)
 
     try:

@@ -17,24 +17,6 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return list(args.overrides)
 
 
-def load_run_config(args: argparse.Namespace):
-    """A plain experiment YAML, a run's config.yaml, or a row of a table YAML (--row)."""
-    from lightning_docmt import config as config_lib, tables
-
-    path = Path(args.config)
-    overrides = _overrides(args)
-    if getattr(args, "seed", None) is not None:
-        overrides.append(f"train.seed={args.seed}")
-    if tables.is_table_file(path):
-        if not args.row:
-            raise DocMTInputError("a table file needs --row NAME (or use `docmt table`)", path=path)
-        table = tables.load_table(path)
-        return tables.compose_row(table, args.row, profile=args.profile, cli_overrides=overrides)
-    if args.row:
-        raise DocMTInputError("--row is only valid with a table file", path=path)
-    return config_lib.compose(path, overrides, profile=args.profile)
-
-
 @command("stats")
 def stats_command(args: argparse.Namespace) -> int:
     from lightning_docmt.data.corpora import read_corpus
@@ -61,9 +43,25 @@ def prepare_command(args: argparse.Namespace) -> int:
 
 @command("fit")
 def fit_command(args: argparse.Namespace) -> int:
-    from lightning_docmt.train import fit_run
+    """A plain run config, a run's config.yaml, or one row of a table file.
 
-    run_dir = fit_run(load_run_config(args))
+    A table row is written where `docmt table` looks for it (`results/<table>/<row>/seed<S>/`), so
+    rows launched one by one (e.g. from `docmt table --dry-run` on a cluster) fill the same table.
+    """
+    from lightning_docmt import tables
+    from lightning_docmt.table_spec import compose_file, load_table
+    from lightning_docmt.train import fit_run, run_metrics
+
+    cfg = compose_file(Path(args.config), _overrides(args), row=args.row, profile=args.profile,
+                       seed=args.seed)
+    if args.row is None:
+        print(fit_run(cfg))
+        return 0
+    table = load_table(Path(args.config))
+    run_dir = tables.run_dir_for(args.results, table.id, args.row, cfg.train.seed)
+    record = tables.execute_run(cfg, run_dir, run_metrics, row=args.row, seed=cfg.train.seed)
+    if record.error:
+        raise DocMTInputError(f"row '{args.row}' failed: {record.error} (log: {record.log_path})")
     print(run_dir)
     return 0
 
@@ -79,9 +77,9 @@ def test_command(args: argparse.Namespace) -> int:
     if args.ckpt:
         ckpt = Path(args.ckpt)
     else:
-        record = run_dir / "metrics.json"
+        record = run_dir / "run.json"
         if not record.is_file():
-            raise DocMTInputError("no metrics.json (unfinished run?): pass --ckpt", path=run_dir)
+            raise DocMTInputError("no run.json (unfinished run?): pass --ckpt", path=run_dir)
         ckpt = Path(json.loads(record.read_text())["checkpoint"])
     if not ckpt.is_file():
         raise DocMTInputError("no such checkpoint", path=ckpt)
@@ -97,14 +95,19 @@ def test_command(args: argparse.Namespace) -> int:
 @command("table")
 def table_command(args: argparse.Namespace) -> int:
     from lightning_docmt import tables
-    from lightning_docmt.train import fit_run
+    from lightning_docmt.train import run_metrics
 
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
-    rows = "all" if args.rows == "all" else args.rows.split(",")
-    result = tables.run_table(Path(args.table), rows=rows, seeds=seeds, profile=args.profile,
-                              cli_overrides=_overrides(args), run_row=tables.fit_and_read_metrics(fit_run),
-                              results_dir=Path(args.results), dry_run=args.dry_run)
-    if not args.dry_run:
-        print(result.markdown)
-        print(f"\nresults: {result.directory}")
-    return 0
+    outcome = tables.run_table(Path(args.table), rows=args.rows, seeds=seeds, profile=args.profile,
+                               cli_overrides=_overrides(args), run_row=run_metrics,
+                               results_dir=Path(args.results), dry_run=args.dry_run)
+    if args.dry_run:
+        print("\n".join(outcome.commands))
+        return 0
+    if outcome.outputs:
+        print(Path(outcome.outputs["md"]).read_text())
+        print("results: " + ", ".join(str(p) for p in outcome.outputs.values()))
+    failed = [r for r in outcome.records if r.error]
+    for r in failed:
+        print(f"row {r.row} seed {r.seed} FAILED: {r.error} (log: {r.log_path})")
+    return 1 if failed else 0

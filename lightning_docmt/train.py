@@ -11,6 +11,7 @@ a later run (another table row, another seed of the same stage-1) reuses it inst
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -27,6 +28,7 @@ from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.lit import DocMTModule
 from lightning_docmt.registry import get_arch
+from lightning_docmt.schema import RunConfig
 from lightning_docmt.trainer_factory import build_trainer
 
 STAGE_FORMAT_VERSION = 1
@@ -42,30 +44,35 @@ class StageResult:
 
 
 def stage_config(cfg: DictConfig, name: str) -> DictConfig:
-    """The run config as seen by one stage: stage arch and data overrides applied."""
-    if name not in cfg.train.stages:
-        raise DocMTInputError(f"stage '{name}' is not defined in train.stages "
-                              f"({', '.join(cfg.train.stages)})", key="train.schedule")
+    """The run config as seen by one stage: the stage's `data` overrides and `arch` applied.
+
+    A stage with another architecture (stage 1 of Zhang's two-step is a `transformer`) keeps the
+    run's shared sizes and drops the options its own config class does not have.
+    """
     stage = cfg.train.stages[name]
-    overrides = [f"data.{k}={v}" for k, v in stage.data.items()]
-    if stage.arch is not None:
-        overrides.append(f"model.arch={stage.arch}")
-    scfg = config_lib.apply_overrides(cfg, overrides, source=f"train.stages.{name}")
+    container = OmegaConf.to_container(cfg, resolve=True)
+    container["data"].update(OmegaConf.to_container(stage.data, resolve=True))
+    arch = stage.arch or cfg.model.arch
+    config_class = get_arch(arch).config_class
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    container["model"] = {k: v for k, v in container["model"].items() if k in fields}
+    container["model"]["arch"] = arch
+    scfg = OmegaConf.structured(RunConfig(model=config_class(arch=arch)))
+    scfg.merge_with(container)
     return scfg
 
 
 def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
-    stage = scfg.train.stages[name]
-    payload = {
-        "version": STAGE_FORMAT_VERSION,
-        "data": scfg.data, "vocab": scfg.vocab, "context": scfg.context, "model": scfg.model,
-        "optim": scfg.train.optim, "seed": scfg.train.seed, "stage": stage,
-        "limits": {k: scfg.train[k] for k in ("max_steps", "max_epochs", "max_time_minutes",
-                                                 "accumulate", "val_every_steps")},
-        "trainer": scfg.trainer, "parent": parent_key,
-    }
-    payload["data"] = {k: v for k, v in OmegaConf.to_container(scfg.data).items()
-                       if k not in ("num_workers", "cache_dir")}
+    """Hash of everything that determines a stage's weights (worker counts and paths excluded)."""
+    plain = OmegaConf.to_container(scfg, resolve=True)
+    data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir")}
+    limits = {k: plain["train"][k] for k in ("max_steps", "max_epochs", "max_time_minutes",
+                                               "accumulate", "val_every_steps", "precision")}
+    payload = {"version": STAGE_FORMAT_VERSION, "data": data, "vocab": plain["vocab"],
+               "context": plain["context"], "model": plain["model"], "eval": plain["eval"],
+               "optim": plain["train"]["optim"], "seed": plain["train"]["seed"],
+               "stage": plain["train"]["stages"][name], "limits": limits,
+               "trainer": plain["trainer"], "parent": parent_key}
     return config_lib.config_hash(payload)
 
 
@@ -177,11 +184,17 @@ def fit_run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
         results[name] = run_stage(cfg, name, run_dir, results)
     final = results[cfg.train.schedule[-1]]
     scores = test_checkpoint(stage_config(cfg, final.name), final.checkpoint, run_dir)
-    record = {"metrics": scores, "checkpoint": str(final.checkpoint),
+    record = {"checkpoint": str(final.checkpoint),
               "stages": {n: {"key": r.key, "reused": r.reused, "global_step": r.global_step,
                              "checkpoint": str(r.checkpoint)} for n, r in results.items()}}
-    (run_dir / "metrics.json").write_text(json.dumps(record, indent=1) + "\n")
+    (run_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
+    (run_dir / "metrics.json").write_text(json.dumps(scores, indent=1) + "\n")
     return run_dir
+
+
+def run_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
+    """The table runner's `run_row`: train and test one row into `run_dir`, return its metrics."""
+    return json.loads((fit_run(cfg, run_dir) / "metrics.json").read_text())
 
 
 def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path) -> dict[str, float]:

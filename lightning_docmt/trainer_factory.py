@@ -73,7 +73,7 @@ def build_trainer(cfg: DictConfig, stage: DictConfig | None, out_dir: Path, for_
     monitor, mode = monitor_metric(cfg)
     checkpointer = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), monitor=monitor, mode=mode,
                                    save_top_k=1, save_last=True, filename="best")
-    callbacks: list[pl.Callback] = [checkpointer]
+    callbacks: list[pl.Callback] = [] if for_test else [checkpointer]
     train = cfg.train
     kwargs: dict[str, Any] = dict(default_root_dir=str(out_dir),
                                   precision=resolve_precision(train.precision),
