@@ -111,3 +111,38 @@ def table_command(args: argparse.Namespace) -> int:
     for r in failed:
         print(f"row {r.row} seed {r.seed} FAILED: {r.error} (log: {r.log_path})")
     return 1 if failed else 0
+
+
+@command("translate")
+def translate_command(args: argparse.Namespace) -> int:
+    from lightning_docmt.inference import load_checkpoint, translate_documents
+    from lightning_docmt.translate_io import read_input, write_output
+
+    model = load_checkpoint(args.ckpt)
+    source = Path(args.input)
+    documents = read_input(source)
+    beam = args.beam if args.beam is not None else model.cfg.decode.beam
+    lenpen = args.lenpen if args.lenpen is not None else model.cfg.decode.len_penalty
+    if beam < 1:
+        raise DocMTInputError(f"--beam must be >= 1, got {beam}")
+    translations = translate_documents(model, documents, beam=beam, len_penalty=lenpen)
+    write_output(Path(args.output), source, documents, translations)
+    n = sum(len(t) for t in translations)
+    print(f"translated {n} sentences in {len(documents)} documents -> {args.output}")
+    return 0
+
+
+@command("contrastive")
+def contrastive_command(args: argparse.Namespace) -> int:
+    from lightning_docmt.contrastive_eval import evaluate_suite
+    from lightning_docmt.data.contrastive import read_suite
+    from lightning_docmt.inference import load_checkpoint
+
+    result = evaluate_suite(load_checkpoint(args.ckpt), read_suite(args.suite))
+    if args.json:
+        print_json(result)
+    else:
+        print(f"accuracy {result['accuracy']:.4f} on {result['n']} examples")
+        for name, part in sorted(result["by_phenomenon"].items()):
+            print(f"  {name:>16}: {part['accuracy']:.4f} ({part['n']})")
+    return 0

@@ -88,6 +88,13 @@ class DocMTModule(pl.LightningModule):
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Checkpoints are self-contained: the vocabularies travel with the weights."""
+        from lightning_docmt.inference import VOCAB_KEY, pack_vocabularies
+
+        datamodule = self.trainer.datamodule
+        checkpoint[VOCAB_KEY] = pack_vocabularies(datamodule.src_vocab, datamodule.tgt_vocab)
+
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:
         self._reset_eval()

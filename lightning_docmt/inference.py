@@ -1,0 +1,113 @@
+"""Inference on raw documents with a self-contained checkpoint (`docmt translate`, `docmt contrastive`).
+
+A checkpoint written by `DocMTModule` carries its resolved config (hyper-parameters) and its
+vocabularies (`docmt_vocab`), so translating needs nothing but the checkpoint file. Raw documents
+are binarized into a temporary cache with the training code path (`cache.build_cache`, the same
+windows and collation), so inference sees exactly the context layout the model was trained on.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_docmt.data.cache import BinarizedSplit, build_cache, load_cache
+from lightning_docmt.data.collate import collate, row_lengths
+from lightning_docmt.data.sampler import TokenBudgetBatchSampler
+from lightning_docmt.data.types import Document
+from lightning_docmt.data.vocab import Vocabulary, load_vocabularies
+from lightning_docmt.data.windows import WindowSpec
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.lit import DocMTModule
+from lightning_docmt.registry import get_arch, import_all_archs
+
+VOCAB_KEY = "docmt_vocab"
+
+
+def pack_vocabularies(src: Vocabulary, tgt: Vocabulary) -> dict[str, bytes]:
+    """The files of `load_vocabularies`' directory layout, as {relative path: bytes}."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        if src is tgt:
+            src.save(root / "joint")
+        else:
+            src.save(root / "src")
+            tgt.save(root / "tgt")
+        return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def unpack_vocabularies(packed: dict[str, bytes]) -> tuple[Vocabulary, Vocabulary]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for rel, blob in packed.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(blob)
+        return load_vocabularies(root)
+
+
+@dataclass
+class LoadedModel:
+    module: DocMTModule
+    cfg: DictConfig
+    src_vocab: Vocabulary
+    tgt_vocab: Vocabulary
+
+    @property
+    def window(self) -> WindowSpec:
+        return WindowSpec.from_config(self.cfg.context)
+
+
+def load_checkpoint(path: str | Path) -> LoadedModel:
+    path = Path(path)
+    if not path.is_file():
+        raise DocMTInputError("no such checkpoint", path=path)
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    if VOCAB_KEY not in ckpt or "hyper_parameters" not in ckpt:
+        raise DocMTInputError("not a lightning_docmt checkpoint (no config or vocabulary inside)",
+                              path=path)
+    import_all_archs()
+    hparams = ckpt["hyper_parameters"]
+    cfg = OmegaConf.create(hparams["config"])
+    module = get_arch(cfg.model.arch).module_class(**hparams)
+    module.load_state_dict(ckpt["state_dict"])
+    module.eval()
+    src_vocab, tgt_vocab = unpack_vocabularies(ckpt[VOCAB_KEY])
+    return LoadedModel(module, cfg, src_vocab, tgt_vocab)
+
+
+def binarize_documents(documents: Sequence[Document], model: LoadedModel, directory: Path
+                       ) -> BinarizedSplit:
+    build_cache(documents, model.src_vocab, model.tgt_vocab, directory)
+    return load_cache(directory)
+
+
+def batches(split: BinarizedSplit, indices: np.ndarray, window: WindowSpec, max_tokens: int
+            ) -> Iterator[dict[str, torch.Tensor]]:
+    """Length-sorted token-budget batches of the given sentences (no shuffle, each once)."""
+    sizes = row_lengths(split, window)[:, indices]
+    sampler = TokenBudgetBatchSampler(indices, sizes, max_tokens, shuffle=False)
+    for batch_indices in sampler:
+        yield collate(split, batch_indices, window)
+
+
+@torch.no_grad()
+def translate_documents(model: LoadedModel, documents: Sequence[Document], *, beam: int,
+                        len_penalty: float) -> list[list[str]]:
+    """Detokenised translations of every sentence, grouped by document, in input order."""
+    model.module.cfg.decode.len_penalty = len_penalty
+    with tempfile.TemporaryDirectory() as tmp:
+        split = binarize_documents(documents, model, Path(tmp))
+        hyps: list[str] = [""] * split.n_sentences
+        indices = np.arange(split.n_sentences)
+        for batch in batches(split, indices, model.window, model.cfg.decode.batch_max_tokens):
+            for i, ids in zip(batch["sent_index"].tolist(),
+                              model.module.translate_batch(batch, beam=beam)):
+                hyps[i] = model.tgt_vocab.decode(ids)
+        bounds = split.doc_offsets
+    return [hyps[bounds[d]:bounds[d + 1]] for d in range(len(documents))]
