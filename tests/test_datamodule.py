@@ -123,8 +123,8 @@ def test_seed_defaults_to_the_lightning_global_seed(spec, tmp_path, monkeypatch)
     data, vocab = configs(spec, tmp_path, max_tokens=120)
 
     def order(**kwargs):
-        return [b["sent_index"].tolist()
-                for b in DocumentWindowDataModule(data, vocab, CONTEXT, **kwargs).train_dataloader()]
+        dm = DocumentWindowDataModule(data, vocab, CONTEXT, **kwargs)
+        return [b["sent_index"].tolist() for b in dm.train_dataloader()]
 
     monkeypatch.setenv("PL_GLOBAL_SEED", "5")
     assert order() == order(seed=5) != order(seed=6)
@@ -168,13 +168,14 @@ def test_lightning_resume_sees_exactly_the_uninterrupted_batches(spec, tmp_path,
         kwargs = {**trainer_args, "enable_checkpointing": False, **overrides}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            pl.Trainer(**kwargs).fit(module, datamodule=DocumentWindowDataModule(data, vocab, CONTEXT),
-                                     ckpt_path=ckpt_path)
+            dm = DocumentWindowDataModule(data, vocab, CONTEXT)
+            pl.Trainer(**kwargs).fit(module, datamodule=dm, ckpt_path=ckpt_path)
 
     full = _RecordingModule()
     fit(full)
     every = 3 if stop == "step" else None
-    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=every, save_top_k=-1)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=every,
+                                 save_top_k=-1)
     head = _RecordingModule()
     limit = {"max_steps": 3} if stop == "step" else {"max_epochs": 1}
     fit(head, callbacks=[checkpoint], enable_checkpointing=True, **limit)

@@ -134,6 +134,14 @@ def test_state_at_the_end_of_an_epoch_resumes_with_the_next_epoch():
     assert resumed.epoch == 1 and epoch(resumed) == epoch(s)
 
 
+def test_resume_on_another_world_size_maps_the_global_position():
+    state = {"epoch": 2, "seed": 1, "position": 3, "num_replicas": 2}
+    resumed = sampler()
+    with pytest.warns(UserWarning, match="2-rank sampler on 1 ranks"):
+        resumed.load_state_dict(state)
+    assert (resumed.epoch, resumed.position) == (2, 6)
+
+
 def test_samplers_are_distributed_samplers_so_lightning_keeps_them():
     assert isinstance(sampler(), DistributedSampler)
 

@@ -63,14 +63,16 @@ def test_truncation_removes_the_oldest_tokens_and_keeps_eos():
 
 
 @pytest.mark.parametrize("direction,size,max_tokens,separator",
-                         [(-1, 1, 50, True), (-1, 3, 7, True), (+1, 2, 50, False), (+1, 3, 4, True)])
+                         [(-1, 1, 50, True), (-1, 3, 7, True), (+1, 2, 50, False),
+                          (+1, 3, 4, True)])
 def test_vectorised_lengths_match_the_windows(direction, size, max_tokens, separator):
     rng = np.random.default_rng(0)
     sizes = rng.integers(1, 6, size=40)
     doc_offsets = np.concatenate(([0], np.cumsum(sizes)))
     offsets = np.concatenate(([0], np.cumsum(rng.integers(0, 9, size=doc_offsets[-1]))))
     ids = rng.integers(5, 100, size=offsets[-1])
-    lengths = context_lengths(offsets, doc_offsets, direction, size, max_tokens, separator)
+    index = np.arange(doc_offsets[-1])
+    lengths = context_lengths(offsets, doc_offsets, index, direction, size, max_tokens, separator)
     for d in range(len(sizes)):
         for i in range(doc_offsets[d], doc_offsets[d + 1]):
             tokens, segments = context_window(ids, offsets, i, doc_offsets[d], doc_offsets[d + 1],
@@ -112,7 +114,10 @@ def test_collate_builds_the_contract_tensors(split):
     for b, i in enumerate(index):
         d, j = sentences[i]
         src, tgt = vocab.encode(docs[d].src[j]), vocab.encode(docs[d].tgt[j])
-        row = lambda key, n: batch[key][b, :n].tolist()  # noqa: E731
+
+        def row(key: str, n: int, b: int = b) -> list[int]:
+            return batch[key][b, :n].tolist()
+
         assert row("src", len(src) + 1) == src + [EOS_ID]
         assert row("tgt_in", len(tgt) + 1) == [BOS_ID] + tgt
         assert row("tgt_out", len(tgt) + 1) == tgt + [EOS_ID]
@@ -128,8 +133,8 @@ def test_collate_builds_the_contract_tensors(split):
 def test_row_lengths_are_the_unpadded_tensor_lengths(split):
     cache, _, _ = split
     spec = WindowSpec(prev_src=2, next_src=1, prev_tgt=1, max_tokens=6, separator=False)
-    lengths = row_lengths(cache, spec)
-    index = list(range(cache.n_sentences))
+    index = np.arange(cache.n_sentences)[::-1]
+    lengths = row_lengths(cache, spec, index, chunk=4)
     batch = collate(cache, index, spec)
     for r, key in enumerate(["src", "tgt_in", "ctx_src", "ctx_next", "ctx_tgt"]):
         assert ((batch[key] != PAD_ID).sum(1).numpy() == lengths[r]).all()  # no id is PAD

@@ -108,7 +108,8 @@ class TextArray(_Mapped):
     def all(self) -> list[str]:
         data, offsets = self._maps()
         blob = bytes(data)
-        return [blob[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+        bounds = offsets.tolist()
+        return [blob[a:b].decode("utf-8") for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 @dataclass
@@ -179,7 +180,8 @@ class LengthFilter:
     def keep(self, src_len: np.ndarray, tgt_len: np.ndarray) -> np.ndarray:
         ok = (src_len <= self.max_len) & (tgt_len <= self.max_len)
         if self.max_len_ratio > 0:
-            longer, shorter = np.maximum(src_len, tgt_len), np.maximum(np.minimum(src_len, tgt_len), 1)
+            longer = np.maximum(src_len, tgt_len)
+            shorter = np.maximum(np.minimum(src_len, tgt_len), 1)
             ok &= longer <= self.max_len_ratio * shorter
         return ok
 

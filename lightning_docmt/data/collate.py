@@ -27,9 +27,10 @@ def pad(rows: Sequence[np.ndarray]) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
-def collate(split: BinarizedSplit, indices: Sequence[int], spec: WindowSpec) -> dict[str, torch.Tensor]:
+def collate(split: BinarizedSplit, indices: Sequence[int], spec: WindowSpec
+            ) -> dict[str, torch.Tensor]:
     """The batch of the given sentences, in the given order."""
-    index = np.asarray(indices, dtype=np.int64)
+    index = np.array(indices, dtype=np.int64)  # a contiguous copy, shared with `sent_index`
     doc = split.doc_index(index)
     doc_start, doc_end = split.doc_offsets[doc], split.doc_offsets[doc + 1]
     src = [np.append(split.src[i], EOS_ID) for i in index]
@@ -52,14 +53,23 @@ def collate(split: BinarizedSplit, indices: Sequence[int], spec: WindowSpec) -> 
     return batch
 
 
-def row_lengths(split: BinarizedSplit, spec: WindowSpec) -> np.ndarray:
-    """(n_tensors, n_sentences) int32: the length of sentence i's row in `src`, in `tgt_in`
-    (= `tgt_out`) and in each context tensor present, in that order."""
-    rows = [split.src.lengths() + 1, split.tgt.lengths() + 1]
-    for side, direction, size in spec.sides().values():
-        rows.append(context_lengths(getattr(split, side).offsets, split.doc_offsets, direction,
-                                    size, spec.max_tokens, spec.separator))
-    return np.stack(rows).astype(np.int32)
+def row_lengths(split: BinarizedSplit, spec: WindowSpec, index: np.ndarray,
+                chunk: int = 1 << 18) -> np.ndarray:
+    """(n_tensors, len(index)) int32: the length of each given sentence's row in `src`, in
+    `tgt_in` (= `tgt_out`) and in each context tensor present, in that order. Computed `chunk`
+    sentences at a time so that temporaries stay small whatever the corpus size."""
+    index = np.asarray(index, dtype=np.int64)
+    sides = list(spec.sides().values())
+    out = np.empty((2 + len(sides), len(index)), dtype=np.int32)
+    for c in range(0, len(index), chunk):
+        i = index[c:c + chunk]
+        out[0, c:c + chunk] = split.src.offsets[i + 1] - split.src.offsets[i] + 1
+        out[1, c:c + chunk] = split.tgt.offsets[i + 1] - split.tgt.offsets[i] + 1
+        for r, (side, direction, size) in enumerate(sides, start=2):
+            out[r, c:c + chunk] = context_lengths(getattr(split, side).offsets, split.doc_offsets,
+                                                  i, direction, size, spec.max_tokens,
+                                                  spec.separator)
+    return out
 
 
 class WindowDataset(Dataset):

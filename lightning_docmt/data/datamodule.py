@@ -94,15 +94,17 @@ class DocumentWindowDataModule(pl.LightningDataModule):
             return self.trainer.global_rank, self.trainer.world_size
         return self._rank, self._world_size
 
-    def _sampler(self, split: BinarizedSplit, indices: np.ndarray, *, train: bool) -> ShardedBatchSampler:
+    def _sampler(self, split: BinarizedSplit, indices: np.ndarray, *, train: bool
+                 ) -> ShardedBatchSampler:
         rank, world = self._dist()
         common = dict(num_replicas=world, rank=rank, seed=self.seed, shuffle=train)
         if self.data_cfg.document_order:
-            return DocumentOrderBatchSampler(split.doc_offsets, indices, self.max_documents, **common)
+            return DocumentOrderBatchSampler(split.doc_offsets, indices, self.max_documents,
+                                             **common)
         budget = self.data_cfg.max_tokens if train else self.data_cfg.eval_max_tokens
-        sizes = row_lengths(split, self.window)[:, indices]
-        return TokenBudgetBatchSampler(indices, sizes, budget, bucket_width=self.data_cfg.bucket_width,
-                                       **common)
+        sizes = row_lengths(split, self.window, indices)
+        return TokenBudgetBatchSampler(indices, sizes, budget,
+                                       bucket_width=self.data_cfg.bucket_width, **common)
 
     def _loader(self, split: BinarizedSplit, sampler: ShardedBatchSampler) -> DataLoader:
         workers = self.data_cfg.num_workers

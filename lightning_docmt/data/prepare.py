@@ -128,5 +128,6 @@ def prepare(cfg: Any) -> dict[str, Any]:
     stats["vocab"] = {"type": cfg.vocab.type, "joint": src_vocab is tgt_vocab,
                       "src_size": len(src_vocab), "tgt_size": len(tgt_vocab),
                       "path": str(layout.vocab_dir)}
-    stats["skipped"] = {m["spec"]: m["reader_skipped"] for m in metas.values() if m["reader_skipped"]}
+    stats["skipped"] = {m["spec"]: m["reader_skipped"] for m in metas.values()
+                        if m["reader_skipped"]}
     return stats

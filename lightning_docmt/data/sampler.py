@@ -44,7 +44,8 @@ class ShardedBatchSampler(DistributedSampler):
     starts at the loaded position.
     """
 
-    def __init__(self, *, num_replicas: int = 1, rank: int = 0, seed: int = 0, shuffle: bool = True):
+    def __init__(self, *, num_replicas: int = 1, rank: int = 0, seed: int = 0,
+                 shuffle: bool = True):
         # DistributedSampler.__init__ is not called: it wants a dataset and a process group.
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} outside world size {num_replicas}")
@@ -92,8 +93,8 @@ class ShardedBatchSampler(DistributedSampler):
         A finished epoch resumes as the start of the next one (a loader that creates its
         iterator before `set_epoch`, as Lightning does with workers, then gets the right
         batches). From a different world size the position is mapped to the same number of
-        global batches rounded down: nothing is skipped, at most W - 1 batches are seen again,
-        and the order matches only approximately (warned).
+        global batches, rounded down; as balancing splits batches per world size, the rest
+        of the epoch then matches the interrupted one only approximately (warned).
         """
         self.seed, self.epoch, position = state["seed"], state["epoch"], state["position"]
         self._cached = None
@@ -127,17 +128,19 @@ def key_runs(sorted_keys: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.concatenate(([True], change)))
 
 
-def pack_greedy(sorted_sizes: np.ndarray, max_tokens: int, chunk: int = 1 << 16) -> np.ndarray:
+def pack_greedy(sorted_sizes: np.ndarray, max_tokens: int, starts: np.ndarray | None = None,
+                chunk: int = 1 << 16) -> np.ndarray:
     """Batch boundaries over rows already in packing order, (n_batches + 1,) int64.
 
     `sorted_sizes` is (n_tensors, n); a batch's cost is n * sum of per-tensor maxima. Runs of
-    identical columns are packed together, so the loop is over distinct keys, not sentences,
-    and keys become Python lists `chunk` runs at a time to bound memory.
+    identical columns (`starts`, from `key_runs` when not given) are packed together, so the
+    loop is over distinct keys, not sentences, and keys become Python lists `chunk` runs at a
+    time to bound memory.
     """
     n = sorted_sizes.shape[1]
     if n == 0:
         return np.zeros(1, dtype=np.int64)
-    starts = key_runs(sorted_sizes)
+    starts = key_runs(sorted_sizes) if starts is None else starts
     counts = np.diff(np.append(starts, n))
     bounds, pos, size, longest = [0], 0, 0, [0] * sorted_sizes.shape[0]
     for c in range(0, len(starts), chunk):
@@ -161,7 +164,7 @@ class TokenBudgetBatchSampler(ShardedBatchSampler):
     """Length-bucketed token-budget batches over `indices` (see the module docstring).
 
     `sizes` is (n_tensors, len(indices)): the row lengths of each candidate sentence
-    (`collate.row_lengths` restricted to the candidates).
+    (`collate.row_lengths` of the candidates).
     """
 
     def __init__(self, indices: np.ndarray, sizes: np.ndarray, max_tokens: int, *,
@@ -169,15 +172,18 @@ class TokenBudgetBatchSampler(ShardedBatchSampler):
         super().__init__(**kwargs)
         if max_tokens < 1:
             raise ValueError("max_tokens must be positive")
-        keys = np.asarray(sizes, dtype=np.int64)
+        keys = np.asarray(sizes)
         if bucket_width > 0:
             keys = -(-keys // bucket_width) * bucket_width
         order = np.lexsort(keys[::-1])  # first row is the primary key
         sorted_keys = keys[:, order]
-        self._sorted = np.asarray(indices, dtype=np.int64)[order]
-        runs = np.diff(np.append(key_runs(sorted_keys), len(order)))
-        self._group = np.repeat(np.arange(len(runs)), runs)  # equal keys share a group id
-        self._bounds = pack_greedy(sorted_keys, max_tokens)
+        indices = np.asarray(indices)
+        small = len(indices) == 0 or indices.max() < np.iinfo(np.int32).max
+        self._sorted = indices.astype(np.int32 if small else np.int64)[order]
+        starts = key_runs(sorted_keys)
+        runs = np.diff(np.append(starts, len(order)))
+        self._group = np.repeat(np.arange(len(runs), dtype=np.int32), runs)  # equal-key runs
+        self._bounds = pack_greedy(sorted_keys, max_tokens, starts)
 
     @property
     def n_batches(self) -> int:
@@ -188,7 +194,8 @@ class TokenBudgetBatchSampler(ShardedBatchSampler):
         ordered, batch_order = self._sorted, np.arange(self.n_batches)
         if self.shuffle:
             rng = np.random.default_rng([self.seed, epoch])
-            ordered = ordered[np.lexsort((rng.random(len(ordered)), self._group))]
+            noise = rng.random(len(ordered), dtype=np.float32)
+            ordered = ordered[np.lexsort((noise, self._group))]
             batch_order = rng.permutation(self.n_batches)
         batches = [ordered[self._bounds[b]:self._bounds[b + 1]] for b in batch_order]
         return shard(batches, self.rank, self.num_replicas)

@@ -53,7 +53,7 @@ class Vocabulary(ABC):
     def decode(self, ids: Iterable[int]) -> str:
         """Text of `ids` up to the first `</s>`; `<pad>`, `<s>` and `<sep>` are dropped.
 
-        `<unk>` is kept and rendered the vocabulary's own way (sentencepiece: ` ⁇ `, words: `<unk>`).
+        `<unk>` is kept, rendered the vocabulary's own way (sentencepiece ` ⁇ `, words `<unk>`).
         """
         kept = []
         for i in (int(t) for t in ids):
@@ -179,7 +179,8 @@ class WordVocab(Vocabulary):
         for special in SPECIAL_TOKENS:
             counts.pop(special, None)
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        return cls([w for w, _ in ranked[: max(0, size - len(SPECIAL_TOKENS))]], lowercase=lowercase)
+        kept = ranked[: max(0, size - len(SPECIAL_TOKENS))]
+        return cls([w for w, _ in kept], lowercase=lowercase)
 
     def __len__(self) -> int:
         return len(self._tokens)
@@ -213,8 +214,8 @@ def check_vocab_config(cfg: VocabConfig) -> None:
         raise DocMTInputError(f"must be one of {', '.join(VOCAB_TYPES)}, got {cfg.type!r}",
                               key="vocab.type")
     if cfg.size <= len(SPECIAL_TOKENS):
-        raise DocMTInputError(f"must exceed the {len(SPECIAL_TOKENS)} special tokens, got {cfg.size}",
-                              key="vocab.size")
+        raise DocMTInputError(f"must exceed the {len(SPECIAL_TOKENS)} special tokens, "
+                              f"got {cfg.size}", key="vocab.size")
     if not 0.0 < cfg.character_coverage <= 1.0:
         raise DocMTInputError(f"must be in (0, 1], got {cfg.character_coverage}",
                               key="vocab.character_coverage")

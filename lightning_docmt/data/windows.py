@@ -92,19 +92,16 @@ def context_window(ids: np.ndarray, offsets: np.ndarray, i: int, doc_start: int,
     return np.append(tokens, EOS_ID), np.append(segments, 1)
 
 
-def context_lengths(offsets: np.ndarray, doc_offsets: np.ndarray, direction: int, size: int,
-                    max_tokens: int, separator: bool) -> np.ndarray:
-    """Length of `context_window` for every sentence at once, (n,) int64 (vectorised)."""
-    n_sent = len(offsets) - 1
-    doc_sizes = np.diff(doc_offsets)
-    start = np.repeat(doc_offsets[:-1], doc_sizes)
-    end = np.repeat(doc_offsets[1:], doc_sizes)
-    i = np.arange(n_sent)
-    n = neighbours(i, start, end, direction, size)
+def context_lengths(offsets: np.ndarray, doc_offsets: np.ndarray, index: np.ndarray,
+                    direction: int, size: int, max_tokens: int, separator: bool) -> np.ndarray:
+    """Length of `context_window` for each sentence in `index` at once, (len(index),) int64."""
+    i = np.asarray(index, dtype=np.int64)
+    doc = np.searchsorted(doc_offsets, i, side="right") - 1
+    n = neighbours(i, doc_offsets[doc], doc_offsets[doc + 1], direction, size)
     if direction < 0:
         body = offsets[i] - offsets[i - n]
     else:
         body = offsets[i + 1 + n] - offsets[i + 1]
     if separator:
-        body = body + np.maximum(n - 1, 0)
+        body += np.maximum(n - 1, 0)
     return np.minimum(body, max_tokens - 1) + 1
