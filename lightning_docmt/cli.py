@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks; print measured ratios")
     p.add_argument("--json")
+    p.add_argument("--sentences", type=int, default=2_000_000, help="data-scale corpus size")
     return parser
 
 

@@ -146,3 +146,48 @@ def contrastive_command(args: argparse.Namespace) -> int:
         for name, part in sorted(result["by_phenomenon"].items()):
             print(f"  {name:>16}: {part['accuracy']:.4f} ({part['n']})")
     return 0
+
+
+DEMO_TABLE = Path(__file__).resolve().parent.parent / "experiments" / "demo.yaml"
+# `--quick`: the same table in about 3 minutes: shorter training, greedy test decoding.
+QUICK_OVERRIDES = ["train.max_time_minutes=0.75", "decode.beam=1", "train.val_every_steps=100000"]
+
+
+@command("demo")
+def demo_command(args: argparse.Namespace) -> int:
+    """The demo table on `bible:en-fr` at the `cpu` profile; prints the table and where results are."""
+    import os
+    import time
+
+    from lightning_docmt import tables
+    from lightning_docmt.train import run_metrics
+
+    started = time.monotonic()
+    results = Path("results-quick" if args.quick else "results")
+    outcome = tables.run_table(DEMO_TABLE, profile="cpu", results_dir=results,
+                               cli_overrides=QUICK_OVERRIDES if args.quick else [],
+                               run_row=run_metrics)
+    print(Path(outcome.outputs["md"]).read_text())
+    print(f"results: {', '.join(str(p) for p in outcome.outputs.values())}")
+    print(f"runs:    {', '.join(str(r.run_dir) for r in outcome.records)}")
+    mode = os.environ.get("WANDB_MODE", "offline")
+    print(f"wandb:   mode={mode}; offline runs are under each run dir's wandb/ "
+          f"(upload later with `wandb sync <dir>`)")
+    print(f"wall time: {time.monotonic() - started:.0f} s")
+    return 1 if any(r.error for r in outcome.records) else 0
+
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@command("bench")
+def bench_command(args: argparse.Namespace) -> int:
+    """Run the benchmarks of `benchmarks/` (each prints its measured figures and ratios)."""
+    import subprocess
+    import sys
+
+    script = BENCHMARKS / "data_scale.py"
+    argv = [sys.executable, str(script), "--sentences", str(args.sentences)]
+    if args.json:
+        argv += ["--json", args.json]
+    return subprocess.call(argv)

@@ -48,6 +48,7 @@ class DocMTModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ subclass hook
     seq2seq_class: type[torch.nn.Module]
+    uses_context = True  # False: the arch reads no context, so `context.*` cannot change its weights
 
     def build_model(self, model_cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int
                     ) -> torch.nn.Module:

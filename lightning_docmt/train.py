@@ -28,7 +28,7 @@ from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.lit import DocMTModule
 from lightning_docmt.registry import get_arch
-from lightning_docmt.schema import RunConfig
+from lightning_docmt.schema import ContextConfig, RunConfig
 from lightning_docmt.trainer_factory import build_trainer
 
 STAGE_FORMAT_VERSION = 1
@@ -47,13 +47,18 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     """The run config as seen by one stage: the stage's `data` overrides and `arch` applied.
 
     A stage with another architecture (stage 1 of Zhang's two-step is a `transformer`) keeps the
-    run's shared sizes and drops the options its own config class does not have.
+    run's shared sizes and drops the options its own config class does not have. An architecture
+    that reads no context gets the default (empty) context, so that its stage key, and hence its
+    checkpoint, is shared by every row that trains the same sentence-level model.
     """
     stage = cfg.train.stages[name]
     container = OmegaConf.to_container(cfg, resolve=True)
     container["data"].update(OmegaConf.to_container(stage.data, resolve=True))
     arch = stage.arch or cfg.model.arch
-    config_class = get_arch(arch).config_class
+    entry = get_arch(arch)
+    config_class = entry.config_class
+    if not entry.module_class.uses_context:
+        container["context"] = dataclasses.asdict(ContextConfig())
     fields = {f.name for f in dataclasses.fields(config_class)}
     container["model"] = {k: v for k, v in container["model"].items() if k in fields}
     container["model"]["arch"] = arch
@@ -115,7 +120,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         return StageResult(name, key, store / "final.ckpt", info["global_step"], reused=True)
 
     pl.seed_everything(scfg.train.seed, workers=True)
-    datamodule = DocumentWindowDataModule(scfg.data, scfg.vocab, scfg.context)
+    datamodule = DocumentWindowDataModule(scfg.data, scfg.vocab, scfg.context, seed=scfg.train.seed)
     datamodule.prepare_data()
     datamodule.setup("fit")
     init_ckpt = init.checkpoint if init else (Path(stage.init_from) if stage.init_from else None)

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-import sys
-import types
 from pathlib import Path
 
-import pytest
 
-from lightning_docmt.data.corpora import _READER_MODULES
 from lightning_docmt.data.types import Document
 
 WORDS = ("the a cat dog house tree runs sees big small red blue green and or but river stone "
@@ -44,13 +39,3 @@ def write_jsonl(path: Path, docs: list[Document]) -> str:
                 row["split"] = d.split
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return f"jsonl:{path}"
-
-
-@pytest.fixture
-def corpus_readers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The spec dispatcher imports every reader module; those not present in this checkout
-    are stood in by empty modules so that the `jsonl:` reader can be used on its own."""
-    for name in _READER_MODULES:
-        full = f"lightning_docmt.data.corpora.{name}"
-        if importlib.util.find_spec(full) is None:
-            monkeypatch.setitem(sys.modules, full, types.ModuleType(full))

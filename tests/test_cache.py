@@ -15,7 +15,7 @@ from lightning_docmt.data.prepare import build_caches
 from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import WordVocab
 from lightning_docmt.schema import DataConfig, VocabConfig
-from tests.corpus_fixtures import corpus_readers, random_documents, write_jsonl  # noqa: F401
+from tests.corpus_fixtures import random_documents, write_jsonl
 
 DOCS = random_documents(12, seed=1) + [Document("u", ["café naïve"], ["NAÏVE CAFÉ"])]
 VOCAB = WordVocab.train([s for d in DOCS for s in d.src + d.tgt], size=1000)
@@ -110,7 +110,7 @@ def _config(spec: str, tmp_path: Path, **data) -> tuple[DataConfig, VocabConfig]
     return data_cfg, VocabConfig(type="word", size=200)
 
 
-def test_caches_rebuild_only_when_inputs_or_options_change(tmp_path, corpus_readers, monkeypatch):
+def test_caches_rebuild_only_when_inputs_or_options_change(tmp_path, monkeypatch):
     docs = random_documents(9, seed=2, splits=("train", "valid", "test"))
     spec = write_jsonl(tmp_path / "c.jsonl", docs)
     first = build_caches(*_config(spec, tmp_path, max_len=8))

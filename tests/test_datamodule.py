@@ -14,14 +14,14 @@ from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.data.prepare import prepare
 from lightning_docmt.schema import ContextConfig, DataConfig, VocabConfig
-from tests.corpus_fixtures import corpus_readers, random_documents, write_jsonl  # noqa: F401
+from tests.corpus_fixtures import random_documents, write_jsonl
 
 DOCS = random_documents(16, seed=11, splits=("train", "train", "valid", "test"))
 CONTEXT = ContextConfig(prev_sentences=2, next_sentences=1, side="mix", max_tokens=32)
 
 
 @pytest.fixture
-def spec(tmp_path, corpus_readers) -> str:
+def spec(tmp_path) -> str:
     return write_jsonl(tmp_path / "corpus.jsonl", DOCS)
 
 
@@ -71,7 +71,7 @@ def test_end_to_end_batches_cover_the_splits(spec, tmp_path, workers):
     assert dm.source_texts("test") == [s for s, _ in sentences("test")]
 
 
-def test_split_override_takes_an_unlabelled_corpus_whole(tmp_path, corpus_readers):
+def test_split_override_takes_an_unlabelled_corpus_whole(tmp_path):
     train_spec = write_jsonl(tmp_path / "train.jsonl", random_documents(4, seed=1))
     extra = random_documents(3, seed=2, splits=(None,))
     test_spec = write_jsonl(tmp_path / "extra.jsonl", extra)

@@ -105,3 +105,4 @@ class TransformerModule(DocMTModule):
     """The sentence-level baseline: no context."""
 
     seq2seq_class = TransformerSeq2Seq
+    uses_context = False
