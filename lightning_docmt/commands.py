@@ -17,17 +17,20 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return list(args.overrides)
 
 
+def _print_mapping(values: dict, *, as_json: bool) -> None:
+    if as_json:
+        print_json(values)
+        return
+    for key, value in values.items():
+        print(f"{key:>12}: {value:.4f}" if isinstance(value, float) else f"{key:>12}: {value}")
+
+
 @command("stats")
 def stats_command(args: argparse.Namespace) -> int:
     from lightning_docmt.data.corpora import read_corpus
     from lightning_docmt.data.stats import corpus_stats
 
-    stats = corpus_stats(read_corpus(args.spec))
-    if args.json:
-        print_json(stats)
-    else:
-        for key, value in stats.items():
-            print(f"{key:>12}: {value}")
+    _print_mapping(corpus_stats(read_corpus(args.spec)), as_json=args.json)
     return 0
 
 
@@ -83,12 +86,7 @@ def test_command(args: argparse.Namespace) -> int:
         ckpt = Path(json.loads(record.read_text())["checkpoint"])
     if not ckpt.is_file():
         raise DocMTInputError("no such checkpoint", path=ckpt)
-    scores = test_checkpoint(cfg, ckpt, run_dir)
-    if args.json:
-        print_json(scores)
-    else:
-        for key, value in scores.items():
-            print(f"{key:>12}: {value:.4f}")
+    _print_mapping(test_checkpoint(cfg, ckpt, run_dir), as_json=args.json)
     return 0
 
 

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from lightning_docmt.data.corpora.validate import open_text
+from lightning_docmt.data.corpora.validate import iter_jsonl, open_text
 from lightning_docmt.data.types import Document
 from lightning_docmt.errors import DocMTInputError
 
@@ -45,13 +45,7 @@ def _read_plain(path: Path) -> list[Document]:
 
 def _read_jsonl(path: Path) -> list[Document]:
     docs = []
-    for lineno, line in enumerate(open_text(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DocMTInputError(f"invalid JSON ({err.msg})", path=path, line=lineno) from None
+    for lineno, obj in iter_jsonl(path):
         src = obj.get("src") if isinstance(obj, dict) else None
         if not (isinstance(src, list) and src and all(isinstance(s, str) for s in src)):
             raise DocMTInputError("expected {\"doc_id\", \"src\": [non-empty list of strings]}",

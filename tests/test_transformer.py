@@ -13,6 +13,7 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.concat import ConcatConfig, ConcatSeq2Seq, concatenate_context
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.seq2seq import Seq2SeqModel
+from tests.model_checks import assert_incremental_matches_full
 
 VOCAB = 23
 SIZES = {"d_model": 16, "heads": 2, "ffn_dim": 32, "enc_layers": 2, "dec_layers": 2}
@@ -85,13 +86,7 @@ def test_output_shapes(arch, pre_norm):
 @pytest.mark.parametrize("arch,pre_norm", ARCHS)
 def test_incremental_decoding_equals_full_forward(arch, pre_norm):
     model = tiny_model(arch, pre_norm=pre_norm)
-    batch = batch_for(arch)
-    full = model(batch)
-    state = model.encode(batch)
-    cache = model.init_cache(state)
-    steps = [model.decode_step(batch["tgt_in"][:, t:t + 1], state, cache) for t in range(batch["tgt_in"].size(1))]
-    real = batch["tgt_out"].ne(PAD_ID)
-    assert torch.allclose(torch.stack(steps, dim=1)[real], full[real], atol=1e-5)
+    assert_incremental_matches_full(model, batch_for(arch))
 
 
 @pytest.mark.parametrize("arch,pre_norm", ARCHS)

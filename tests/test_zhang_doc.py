@@ -23,6 +23,7 @@ from lightning_docmt.nn.layers import LayerInputs
 from lightning_docmt.nn.residual import LAYER_NORM_EPS, Residual
 from lightning_docmt.scoring import sequence_log_probs
 from tests.test_transformer import SIZES, VOCAB, padded, random_batch, widen
+from tests.model_checks import assert_incremental_matches_full
 
 D, FFN, LAYERS = SIZES["d_model"], SIZES["ffn_dim"], SIZES["enc_layers"]
 SWITCHES = list(itertools.product([False, True], repeat=2))  # (context_attn.encoder, context_attn.decoder)
@@ -265,13 +266,7 @@ def test_bad_settings_and_missing_context_are_reported():
 @pytest.mark.parametrize("encoder,decoder,pre_norm", [(e, d, p) for (e, d) in WITH_CONTEXT for p in (False, True)])
 def test_incremental_decoding_equals_full_forward(encoder, decoder, pre_norm):
     model = zhang_model(encoder, decoder, pre_norm=pre_norm)
-    batch = doc_batch()
-    full = model(batch)
-    state = model.encode(batch)
-    cache = model.init_cache(state)
-    steps = [model.decode_step(batch["tgt_in"][:, t:t + 1], state, cache) for t in range(batch["tgt_in"].size(1))]
-    real = batch["tgt_out"].ne(PAD_ID)
-    assert torch.allclose(torch.stack(steps, dim=1)[real], full[real], atol=1e-5)
+    assert_incremental_matches_full(model, doc_batch())
 
 
 @pytest.mark.parametrize("encoder,decoder", WITH_CONTEXT)

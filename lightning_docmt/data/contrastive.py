@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightning_docmt.data.corpora.validate import normalize_space, open_text, parallel_lines
+from lightning_docmt.data.corpora.validate import iter_jsonl, normalize_space, open_text, parallel_lines
 from lightning_docmt.errors import DocMTInputError
 
 FIELDS = ("id", "src", "src_context", "tgt_context", "candidates", "label", "phenomenon")
@@ -93,13 +93,7 @@ def read_suite(path: str | Path) -> list[dict]:
     """Read and validate a generic contrastive JSONL file (blank lines are allowed)."""
     examples: list[dict] = []
     first_line: dict[Any, int] = {}
-    for lineno, text in enumerate(open_text(path), start=1):
-        if not text.strip():
-            continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise DocMTInputError(f"invalid JSON ({err.msg})", path=path, line=lineno) from None
+    for lineno, obj in iter_jsonl(path):
         check_example(obj, path=path, line=lineno)
         if obj["id"] in first_line:
             raise DocMTInputError(f"duplicate id {obj['id']!r} (first on line "

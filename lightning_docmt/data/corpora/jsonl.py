@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from lightning_docmt.data.corpora import hash_files, register_reader
-from lightning_docmt.data.corpora.validate import check_document, open_text
+from lightning_docmt.data.corpora.validate import check_document, iter_jsonl
 from lightning_docmt.data.types import SPLITS, Corpus, Document
 from lightning_docmt.errors import DocMTInputError
 
@@ -18,13 +16,7 @@ def _fingerprint(path: str) -> str:
 def read(path: str) -> Corpus:
     documents = []
     seen: dict[str, int] = {}
-    for lineno, line in enumerate(open_text(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DocMTInputError(f"invalid JSON ({err.msg})", path=path, line=lineno) from None
+    for lineno, obj in iter_jsonl(path):
         if not isinstance(obj, dict):
             raise DocMTInputError("expected a JSON object per line", path=path, line=lineno)
         for key in ("doc_id", "src", "tgt"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Iterator
 
@@ -76,3 +77,17 @@ def keep_pair(src: str, tgt: str, skipped: dict[str, int]) -> bool:
         return True
     skipped[EMPTY_PAIR] = skipped.get(EMPTY_PAIR, 0) + 1
     return False
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, object]]:
+    """(line number, parsed value) of every non-blank line of a JSONL file.
+
+    Invalid JSON raises DocMTInputError naming the file and line.
+    """
+    for lineno, line in enumerate(open_text(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DocMTInputError(f"invalid JSON ({err.msg})", path=path, line=lineno) from None
