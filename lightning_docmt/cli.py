@@ -113,4 +113,8 @@ def print_json(obj: object, path: Path | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m lightning_docmt.cli` runs this file as `__main__`, a second copy of the module: the
+    # sub-commands register into `lightning_docmt.cli.COMMANDS`, so dispatch through that module.
+    from lightning_docmt.cli import main as registered_main
+
+    sys.exit(registered_main())

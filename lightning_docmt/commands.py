@@ -52,13 +52,16 @@ def fit_command(args: argparse.Namespace) -> int:
     rows launched one by one (e.g. from `docmt table --dry-run` on a cluster) fill the same table.
     """
     from lightning_docmt import tables
+    from lightning_docmt.distributed import is_global_zero
     from lightning_docmt.table_spec import compose_file, load_table
     from lightning_docmt.train import fit_run, run_metrics
 
     cfg = compose_file(Path(args.config), _overrides(args), row=args.row, profile=args.profile,
                        seed=args.seed)
     if args.row is None:
-        print(fit_run(cfg))
+        run_dir = fit_run(cfg)
+        if is_global_zero():  # the other DDP ranks run the same command
+            print(run_dir)
         return 0
     table = load_table(Path(args.config))
     run_dir = tables.run_dir_for(args.results, table.id, args.row, cfg.train.seed)

@@ -90,7 +90,7 @@ def binarize_documents(documents: Sequence[Document], model: LoadedModel, direct
 def batches(split: BinarizedSplit, indices: np.ndarray, window: WindowSpec, max_tokens: int
             ) -> Iterator[dict[str, torch.Tensor]]:
     """Length-sorted token-budget batches of the given sentences (no shuffle, each once)."""
-    sizes = row_lengths(split, window)[:, indices]
+    sizes = row_lengths(split, window, indices)
     sampler = TokenBudgetBatchSampler(indices, sizes, max_tokens, shuffle=False)
     for batch_indices in sampler:
         yield collate(split, batch_indices, window)

@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.config import CONFIG_FILENAME, RESOLVED_KEY, save_config
+from lightning_docmt.distributed import is_global_zero
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.table_report import (DONE, FAILED, FINISHED, INCOMPLETE, RunRecord,
                                           log_table_to_wandb, summarize, write_bar_chart,
@@ -157,14 +158,6 @@ def execute_run(cfg: DictConfig, run_dir: Path, run_row: RunRow, *, row: str, se
     _write_json(run_dir / METRICS_FILE, metrics)
     return RunRecord(row=row, seed=seed, run_dir=run_dir, status=DONE, metrics=metrics,
                      log_path=log_path)
-
-
-def is_global_zero() -> bool:
-    """True unless a launcher's rank variable says this is another process of a distributed run."""
-    return all(os.environ.get(name, "0") == "0" for name in _RANK_VARIABLES)
-
-
-_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 
 
 def collect_records(table: Table, results_dir: str | Path,

@@ -7,6 +7,10 @@ Stage reuse: a stage is keyed by a hash of everything that determines its weight
 context, the stage's architecture and sizes, optimisation, seed, the stage's own settings and the key
 of the stage it starts from). Its final checkpoint is stored under `<data.cache_dir>/stages/<key>/`;
 a later run (another table row, another seed of the same stage-1) reuses it instead of training again.
+
+DDP: Lightning's `ddp` strategy re-runs the command for local ranks 1..N-1, so every rank goes
+through `fit_run`: all of them train and test, in the run directory rank zero chose, and only
+global rank zero writes the run's records (`config.yaml`, `run.json`, `metrics.json`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt import config as config_lib
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
+from lightning_docmt.distributed import is_global_zero
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.lit import DocMTModule
 from lightning_docmt.registry import get_arch
@@ -32,6 +38,8 @@ from lightning_docmt.schema import ContextConfig, RunConfig
 from lightning_docmt.trainer_factory import build_trainer
 
 STAGE_FORMAT_VERSION = 1
+PLACEHOLDER_VOCAB = 16  # vocabulary size of the models `check_stages` builds for their names
+RUN_DIR_VARIABLE = "DOCMT_RUN_DIR"  # rank zero's run directory, inherited by the ranks it launches
 
 
 @dataclass
@@ -151,15 +159,31 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
 
 def _apply_trainable(module: DocMTModule, globs: list[str], stage_name: str) -> None:
     """Freeze every parameter outside the stage's trainable globs; a glob matching nothing is an error."""
-    from fnmatch import fnmatchcase
+    _check_globs([n for n, _ in module.model.named_parameters()], globs, stage_name)
+    for n, p in module.model.named_parameters():
+        p.requires_grad_(any(fnmatchcase(n, g) for g in globs))
 
-    names = [n for n, _ in module.model.named_parameters()]
+
+def _check_globs(names: list[str], globs: list[str], stage_name: str) -> None:
     for pattern in globs:
         if not any(fnmatchcase(n, pattern) for n in names):
             raise DocMTInputError(f"trainable glob '{pattern}' matches no parameter",
                                   key=f"train.stages.{stage_name}.trainable")
-    for n, p in module.model.named_parameters():
-        p.requires_grad_(any(fnmatchcase(n, g) for g in globs))
+
+
+def check_stages(cfg: DictConfig) -> None:
+    """Fail on a trainable glob that matches nothing before any stage trains or anything is written.
+
+    Parameter names do not depend on the vocabulary sizes, so each stage's model is built on the
+    meta device (no memory, no initialisation) with placeholder sizes.
+    """
+    for name in cfg.train.schedule:
+        scfg = stage_config(cfg, name)
+        with torch.device("meta"):
+            module = get_arch(scfg.model.arch).module_class(
+                OmegaConf.to_container(scfg, resolve=True), PLACEHOLDER_VOCAB, PLACEHOLDER_VOCAB)
+        _check_globs([n for n, _ in module.model.named_parameters()],
+                     list(scfg.train.stages[name].trainable), name)
 
 
 def _scalar(x: Any) -> float | None:
@@ -167,6 +191,14 @@ def _scalar(x: Any) -> float | None:
 
 
 def make_run_dir(cfg: DictConfig) -> Path:
+    """`<runs_dir>/<group>/<name>-seed<S>-<time>` (suffixed when taken), one for all local ranks.
+
+    The ranks that Lightning's `ddp` strategy starts later, with rank zero's environment, take the
+    directory rank zero recorded in `RUN_DIR_VARIABLE` instead of stamping one of their own.
+    """
+    inherited = os.environ.get(RUN_DIR_VARIABLE)
+    if inherited and not is_global_zero():
+        return Path(inherited)
     base = Path(cfg.logging.runs_dir)
     group = cfg.logging.group or "runs"
     name = cfg.logging.name or cfg.model.arch
@@ -176,14 +208,18 @@ def make_run_dir(cfg: DictConfig) -> Path:
     while run_dir.exists():
         suffix += 1
         run_dir = base / group / f"{name}-seed{cfg.train.seed}-{stamp}-{suffix}"
+    os.environ[RUN_DIR_VARIABLE] = str(run_dir)
     return run_dir
 
 
 def fit_run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
-    """Train every stage of `train.schedule`, then test the final model. Returns the run dir."""
+    """Check the stages, train every stage of `train.schedule`, then test the final model.
+    Returns the run dir."""
+    check_stages(cfg)
     run_dir = Path(run_dir) if run_dir is not None else make_run_dir(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_lib.save_config(cfg, run_dir)
+    writer = is_global_zero()
+    if writer:
+        config_lib.save_config(cfg, run_dir)
     results: dict[str, StageResult] = {}
     for name in cfg.train.schedule:
         results[name] = run_stage(cfg, name, run_dir, results)
@@ -192,8 +228,9 @@ def fit_run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
     record = {"checkpoint": str(final.checkpoint),
               "stages": {n: {"key": r.key, "reused": r.reused, "global_step": r.global_step,
                              "checkpoint": str(r.checkpoint)} for n, r in results.items()}}
-    (run_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
-    (run_dir / "metrics.json").write_text(json.dumps(scores, indent=1) + "\n")
+    if writer:
+        (run_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
+        (run_dir / "metrics.json").write_text(json.dumps(scores, indent=1) + "\n")
     return run_dir
 
 

@@ -1,0 +1,133 @@
+"""A real 2-process CPU DDP fit (gloo), run in a subprocess (DESIGN.md section 11).
+
+Lightning's `ddp` strategy starts rank 1 by re-running `sys.argv`, which inside pytest would re-run
+pytest: the fit therefore runs `tests/ddp_fit_script.py` (`docmt fit` plus a callback that records,
+per rank, the `sent_index` of every training and validation batch, `val/bleu`, and the weights when
+training starts and ends). One fit of the tiny profile on `synthetic:tiny`, two epochs, validation
+every few steps, then the run's test, is shared by the tests below.
+
+Expected sentence counts come from the corpus itself (`read_corpus`), not from the pipeline.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from lightning_docmt.data.corpora import read_corpus
+from lightning_docmt.distributed import RANK_VARIABLES
+from lightning_docmt.train import RUN_DIR_VARIABLE
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "tests" / "ddp_fit_script.py"
+CORPUS = "synthetic:tiny"
+WORLD = 2
+VAL_EVERY = 3
+# Variables of an enclosing launch would make the subprocess believe it is not rank zero.
+LAUNCH_VARIABLES = (*RANK_VARIABLES, "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", RUN_DIR_VARIABLE)
+
+
+@dataclass
+class DDPRun:
+    stdout: str
+    runs_dir: Path
+    records: list[dict[str, Any]]  # per rank, see ddp_fit_script.py
+    initial: list[dict[str, torch.Tensor]]
+    final: list[dict[str, torch.Tensor]]
+
+
+def sentence_count(split: str) -> int:
+    return sum(len(d.src) for d in read_corpus(CORPUS).documents if d.split == split)
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> DDPRun:
+    tmp = tmp_path_factory.mktemp("ddp")
+    config = tmp / "run.yaml"
+    config.write_text(f"data:\n  corpus: {CORPUS}\n  cache_dir: {tmp / 'cache'}\n"
+                      f"logging:\n  runs_dir: {tmp / 'runs'}\n")
+    record_dir = tmp / "records"
+    command = [sys.executable, str(SCRIPT), str(record_dir), "fit", str(config), "--profile", "tiny",
+               f"trainer.devices={WORLD}", "trainer.strategy=ddp", "trainer.accelerator=cpu",
+               "train.max_steps=-1", "train.max_epochs=2", f"train.val_every_steps={VAL_EVERY}",
+               "data.max_tokens=6000"]
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
+    # one thread per rank: two ranks on a small machine must not oversubscribe its cores
+    env.update(PYTHONPATH=str(REPO), WANDB_MODE="disabled", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"DDP fit failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    ranks = range(WORLD)
+    return DDPRun(stdout=proc.stdout, runs_dir=tmp / "runs",
+                  records=[json.loads((record_dir / f"rank{r}.json").read_text()) for r in ranks],
+                  initial=[torch.load(record_dir / f"rank{r}.initial.pt") for r in ranks],
+                  final=[torch.load(record_dir / f"rank{r}.final.pt") for r in ranks])
+
+
+def epochs(record: dict[str, Any]) -> dict[int, list[list[int]]]:
+    """The rank's training batches (lists of sent_index), by epoch."""
+    out: dict[int, list[list[int]]] = {}
+    for batch in record["train"]:
+        out.setdefault(batch["epoch"], []).append(batch["sent_index"])
+    return out
+
+
+def test_both_ranks_trained_the_same_number_of_batches(ddp_run):
+    assert [r["rank"] for r in ddp_run.records] == list(range(WORLD))
+    assert all(r["world_size"] == WORLD for r in ddp_run.records)
+    per_rank = [epochs(r) for r in ddp_run.records]
+    assert all(sorted(e) == [0, 1] for e in per_rank)
+    for epoch in (0, 1):
+        counts = [len(e[epoch]) for e in per_rank]
+        assert counts[0] > 0 and len(set(counts)) == 1, counts
+
+
+def test_each_epoch_shows_every_training_sentence_once_across_ranks(ddp_run):
+    n_train = sentence_count("train")
+    for epoch in (0, 1):
+        shards = [[i for batch in epochs(r)[epoch] for i in batch] for r in ddp_run.records]
+        assert all(len(s) == len(set(s)) for s in shards)  # nothing twice on one rank
+        assert not set(shards[0]) & set(shards[1])  # the ranks' sentences are disjoint
+        assert sorted(shards[0] + shards[1]) == list(range(n_train))
+
+
+def test_final_weights_are_identical_across_ranks_and_trained(ddp_run):
+    initial, final = ddp_run.initial, ddp_run.final
+    assert initial[0].keys() == final[0].keys() == final[1].keys()
+    assert all(torch.equal(initial[0][k], initial[1][k]) for k in initial[0])
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+    changed = [k for k in final[0] if not torch.equal(final[0][k], initial[0][k])]
+    assert changed, "training did not change any weight"
+
+
+def test_validation_bleu_is_scored_once_on_the_gathered_validation_set(ddp_run):
+    n_valid = sentence_count("valid")
+    validations = [r["validations"] for r in ddp_run.records]
+    n_batches = len(ddp_run.records[0]["train"])
+    assert len(validations[0]) == len(validations[1]) == n_batches // VAL_EVERY
+    for rank0, rank1 in zip(*validations):
+        assert not set(rank0["sent_index"]) & set(rank1["sent_index"])
+        assert sorted(rank0["sent_index"] + rank1["sent_index"]) == list(range(n_valid))
+        assert rank0["bleu"] is not None and rank0["bleu"] == rank1["bleu"]
+    (run_dir,) = (ddp_run.runs_dir / "runs").iterdir()
+    with open(run_dir / "main" / "metrics.csv", newline="") as f:
+        logged = [float(row["val/bleu"]) for row in csv.DictReader(f) if row["val/bleu"]]
+    assert logged == pytest.approx([v["bleu"] for v in validations[0]])
+
+
+def test_one_run_directory_holds_the_test_of_every_test_sentence(ddp_run):
+    run_dirs = list((ddp_run.runs_dir / "runs").iterdir())
+    assert len(run_dirs) == 1  # every rank works in the directory rank zero chose
+    assert ddp_run.stdout.split() == [str(run_dirs[0])]  # printed once
+    metrics = json.loads((run_dirs[0] / "metrics.json").read_text())
+    assert 0.0 <= metrics["test/bleu"] <= 100.0
+    lines = (run_dirs[0] / "test.hyp.txt").read_text(encoding="utf-8").split("\n")
+    assert lines[-1] == "" and len(lines) - 1 == sentence_count("test")
