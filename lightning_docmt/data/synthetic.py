@@ -1,7 +1,7 @@
 """A seeded generator of parallel documents whose translation is decidable only from context
 (DESIGN.md section 6), and its contrastive suite.
 
-Language. Pseudo-English -> pseudo-French with a closed vocabulary of ~230 words per side (made-up
+Language. Pseudo-English -> pseudo-French with a closed vocabulary of ~180 words per side (made-up
 word forms, fixed by `LEXICON_SEED`), translated word by word except for the adjective, which follows
 its noun in the target, and for two context-dependent words:
 
@@ -9,7 +9,7 @@ its noun in the target, and for two context-dependent words:
   names a noun ("the NOUN ..." -> "le|la NOUN' ..."); 1, 2 or 3 sentences later (uniformly) a
   *pronoun* sentence says "it ..." whose target pronoun is `il` or `elle` after the grammatical gender
   of that noun, the most recent one named. The sentences in between are fillers, which name no noun
-  and hold no pronoun. Genders are lexical and arbitrary: 32 masculine and 32 feminine nouns, assigned
+  and hold no pronoun. Genders are lexical and arbitrary: 12 masculine and 12 feminine nouns, assigned
   by a random draw, so neither the source noun's form nor its target form predicts the gender.
 - Word sense (phenomenon `sense`). Every document has a topic (uniform over `topics`). Filler
   sentences carry a topic cue word ("... near CUE"); a *sense* sentence, right after a filler, holds
@@ -63,7 +63,11 @@ from lightning_docmt.errors import DocMTInputError
 GENERATOR_VERSION = "synthetic-v1"
 LEXICON_SEED = 20180601
 MAX_DISTANCE = 3  # antecedents are 1..3 sentences back; suites carry this many context sentences
-N_NOUNS = 64  # half masculine, half feminine
+# Words per class (cues: per topic). The classes the phenomena hinge on (nouns and their genders,
+# cues and their topics, ambiguous verbs and their senses) are kept small so that a tiny model
+# learns them from few examples; the other classes only add variety.
+N_NOUNS = 24  # half masculine, half feminine
+CLASS_SIZES = {"adjectives": 30, "verbs": 40, "adverbs": 30, "times": 12, "cues": 8, "ambiguous": 8}
 MAX_TOPICS = 8
 
 PRESETS: dict[str, dict[str, int]] = {
@@ -74,7 +78,7 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 # Episode mix (a document is a first filler then a sequence of episodes) and optional parts.
-P_PRONOUN, P_SENSE = 0.45, 0.30
+P_PRONOUN, P_SENSE = 0.50, 0.35
 P_THEN, P_VERY, P_ADJ, P_TAIL = 0.25, 0.25, 0.5, 0.25
 PRONOUNS = {"m": "il", "f": "elle"}
 
@@ -174,9 +178,11 @@ def build_lexicon(topics: int) -> Lexicon:
     nouns = pairs(N_NOUNS)
     genders = ["m"] * (N_NOUNS // 2) + ["f"] * (N_NOUNS // 2)
     rng.shuffle(genders)
-    adjectives, verbs, adverbs, times = pairs(30), pairs(40), pairs(30), pairs(12)
-    cues = tuple(pairs(12) for _ in range(topics))
-    ambiguous = tuple((src_word(), tuple(tgt_word() for _ in range(topics))) for _ in range(12))
+    adjectives, verbs = pairs(CLASS_SIZES["adjectives"]), pairs(CLASS_SIZES["verbs"])
+    adverbs, times = pairs(CLASS_SIZES["adverbs"]), pairs(CLASS_SIZES["times"])
+    cues = tuple(pairs(CLASS_SIZES["cues"]) for _ in range(topics))
+    ambiguous = tuple((src_word(), tuple(tgt_word() for _ in range(topics)))
+                      for _ in range(CLASS_SIZES["ambiguous"]))
     return Lexicon(nouns, tuple(genders), adjectives, verbs, adverbs, times, cues, ambiguous)
 
 

@@ -16,7 +16,6 @@ entity-unescaped and whitespace-normalised; a pair with an empty side is dropped
 
 from __future__ import annotations
 
-import bisect
 import glob
 import html
 import re
@@ -46,6 +45,7 @@ class _Doc:
     path: str
     line: int
     segments: list[_Segment] = field(default_factory=list)
+    seg_ids: set[str] = field(default_factory=set)
 
 
 def _expand(side: str, spec: str) -> list[str]:
@@ -78,20 +78,17 @@ def _attribute(attrs: str, name: str) -> str | None:
     return None
 
 
-def parse_wit3(path: str) -> list[_Doc]:
+def _parse_file(path: str) -> list[_Doc]:
     """The documents of one WIT3 file, in file order, with the line of every doc and segment."""
     text = "\n".join(open_text(path))
-    newlines = [i for i, ch in enumerate(text) if ch == "\n"]
-
-    def line_of(pos: int) -> int:
-        return bisect.bisect_right(newlines, pos - 1) + 1
-
     docs: list[_Doc] = []
     doc: _Doc | None = None
     seg: tuple[str, int, int] | None = None  # (id, line, text start)
+    line, counted_to = 1, 0
     for match in _TAG.finditer(text):
         closing, tag, attrs = match.group(1) == "/", match.group(2).lower(), match.group(3)
-        line = line_of(match.start())
+        line += text.count("\n", counted_to, match.start())
+        counted_to = match.start()
         if seg is not None and not (closing and tag == "seg"):
             raise DocMTInputError(f"<seg id=\"{seg[0]}\"> is not closed (a {match.group(0)} follows "
                                   f"on line {line})", path=path, line=seg[1])
@@ -116,9 +113,10 @@ def parse_wit3(path: str) -> list[_Doc]:
             seg_id = _attribute(attrs, "id")
             if not seg_id:
                 raise DocMTInputError("<seg> without an id attribute", path=path, line=line)
-            if any(s.seg_id == seg_id for s in doc.segments):
+            if seg_id in doc.seg_ids:
                 raise DocMTInputError(f"duplicate <seg id=\"{seg_id}\"> in document '{doc.docid}'",
                                       path=path, line=line)
+            doc.seg_ids.add(seg_id)
             seg = (seg_id, line, match.end())
         else:
             if seg is None:
@@ -138,7 +136,7 @@ def parse_wit3(path: str) -> list[_Doc]:
 def _read_side(paths: list[str]) -> dict[str, _Doc]:
     by_id: dict[str, _Doc] = {}
     for path in paths:
-        for doc in parse_wit3(path):
+        for doc in _parse_file(path):
             if doc.docid in by_id:
                 first = by_id[doc.docid]
                 raise DocMTInputError(f"duplicate docid '{doc.docid}' (first in {first.path}:"
