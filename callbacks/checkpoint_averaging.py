@@ -117,7 +117,8 @@ class CheckpointAveraging(pl.Callback):
 
     Only the snapshots that can still be chosen stay on disk: the best window so far and the last
     n-1 (a later window may still include them); at most 2n-1 files. Snapshots are written by global
-    rank zero and read by every rank, so the stage directory must be shared by the ranks.
+    rank zero and read by every rank, so the stage directory must be shared by the ranks. The
+    validation of the average is logged like any other, at the stage's last step.
     """
 
     def __init__(self, checkpoints: int, rule: str, directory: Path, monitor: str, mode: str):
@@ -154,7 +155,7 @@ class CheckpointAveraging(pl.Callback):
 
     def _prune(self, trainer: pl.Trainer) -> None:
         keep = {id(s) for s in self._window()}
-        keep |= {id(s) for s in self.snapshots[len(self.snapshots) - self.n + 1:]} if self.n > 1 else set()
+        keep |= {id(s) for s in self.snapshots[len(self.snapshots) - self.n + 1:]}  # last n-1
         for s in self.snapshots:
             if id(s) not in keep and s.path is not None:
                 if trainer.is_global_zero:

@@ -123,7 +123,7 @@ class DocMTModule(pl.LightningModule):
         optimizer.add_param_group({"params": params, "lr": current, "initial_lr": 1.0})
         scheduler.base_lrs.append(1.0)
         scheduler.lr_lambdas.append(multiplier)
-        scheduler._last_lr.append(current)
+        scheduler._last_lr.append(current)  # what get_last_lr() reports until the next step
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Checkpoints are self-contained: the vocabularies travel with the weights."""

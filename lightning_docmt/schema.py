@@ -96,8 +96,9 @@ class OptimConfig:
 class UnfreezeConfig:
     """A milestone of a stage's `StagedUnfreezing` (`callbacks/staged_unfreezing.py`).
 
-    At optimizer step `at_step` of the stage (or at the start of epoch `at_epoch`; set exactly one)
-    the still-frozen parameters matching `globs` start training, as an optimizer group of their own.
+    Once the stage has made `at_step` optimizer updates (counted from 0 in every stage, whatever
+    `continue_schedule` says), or at the start of its epoch `at_epoch` (set exactly one), the
+    still-frozen parameters matching `globs` start training, as an optimizer group of their own.
     `lr` is required (no silent lr/10 default, DESIGN.md section 12) and is in the units of
     `train.optim.lr`: the group follows the stage's schedule with `lr` in place of the stage's lr.
     """
