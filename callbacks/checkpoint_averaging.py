@@ -79,7 +79,7 @@ def select_window(scores: Sequence[float], n: int, rule: str) -> range:
     """
     if rule not in RULES:
         raise ValueError(f"unknown averaging rule '{rule}'")
-    if len(scores) <= n:
+    if len(scores) <= n:  # NOT IN PAPER (5.4 averages 10): a stage with fewer validations averages all
         return range(len(scores))
     starts = range(len(scores) - n + 1)
     if rule == "last":
@@ -121,6 +121,8 @@ class CheckpointAveraging(pl.Callback):
     validation of the average is logged like any other, at the stage's last step.
     """
 
+    # NOT IN PAPER: with `eval.valid_bleu=false` the monitored score is the validation loss (mode min)
+    # instead of the paper's validation BLEU (`trainer_factory.monitor_metric`).
     def __init__(self, checkpoints: int, rule: str, directory: Path, monitor: str, mode: str):
         check_average_config(checkpoints, rule)
         self.n = checkpoints
