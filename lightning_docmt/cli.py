@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", required=True)
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("average", help="average the weights of Lightning checkpoints")
+    p.add_argument("checkpoints", nargs="+", metavar="CKPT")
+    p.add_argument("--out", required=True, help="the averaged checkpoint (written atomically)")
+
     p = sub.add_parser("table", help="run the rows of a table YAML")
     p.add_argument("table")
     p.add_argument("overrides", nargs="*")

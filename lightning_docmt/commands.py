@@ -93,6 +93,17 @@ def test_command(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("average")
+def average_command(args: argparse.Namespace) -> int:
+    """Average the `state_dict` of checkpoints; the rest comes from the newest (highest global_step)."""
+    from callbacks.checkpoint_averaging import average_checkpoints
+
+    summary = average_checkpoints([Path(c) for c in args.checkpoints], Path(args.out))
+    print(f"averaged {len(summary['averaged'])} checkpoints -> {summary['out']} "
+          f"(the rest from {summary['newest']})")
+    return 0
+
+
 @command("table")
 def table_command(args: argparse.Namespace) -> int:
     from lightning_docmt import tables

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import lightning.pytorch as pl
 import torch
@@ -42,6 +42,8 @@ class DocMTModule(pl.LightningModule):
         self.model = self.build_model(self.cfg.model, src_vocab_size, tgt_vocab_size)
         self.step_offset = step_offset
         self.lr_override = lr_override
+        # (params, lr) of the optimizer groups split off from group 0 (see `add_param_group`)
+        self.extra_param_groups: list[tuple[list[torch.nn.Parameter], float]] = []
         self.output_dir: Path | None = None  # where test hypotheses and signatures are written
         self._eval_records: list[tuple[int, int, str]] = []  # (sent_index, doc_index, hypothesis)
         self._eval_sums = torch.zeros(3)  # loss sum, nll sum, target tokens
@@ -76,18 +78,52 @@ class DocMTModule(pl.LightningModule):
         self.log("train/tokens", ntok_f, reduce_fx="sum", batch_size=bsz)
         return loss
 
-    def configure_optimizers(self):
+    @property
+    def stage_lr(self) -> float:
+        """The stage's lr, in the units of `train.optim.lr` (`train.stages.<name>.lr` overrides it)."""
+        return self.lr_override if self.lr_override is not None else self.cfg.train.optim.lr
+
+    def lr_multiplier(self, lr: float) -> Callable[[int], float]:
+        """The LambdaLR multiplier of a group trained at `lr` on the stage's schedule."""
         optim_cfg = self.cfg.train.optim
-        params = [p for p in self.parameters() if p.requires_grad]  # frozen params stay out
-        optimizer = torch.optim.Adam(params, lr=1.0, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
+        return lr_lambda(schedule=optim_cfg.schedule, lr=lr, warmup=optim_cfg.warmup_steps,
+                         d_model=self.cfg.model.d_model, step_offset=self.step_offset)
+
+    def configure_optimizers(self):
+        """Adam over the trainable parameters only, with one LambdaLR multiplier per group.
+
+        Group 0 holds every trainable parameter at the stage's lr; each group split off by
+        `add_param_group` (a milestone of `StagedUnfreezing`) follows with its own lr.
+        """
+        optim_cfg = self.cfg.train.optim
+        split = {id(p) for params, _ in self.extra_param_groups for p in params}
+        base = [p for p in self.parameters() if p.requires_grad and id(p) not in split]  # frozen params stay out
+        groups = [(base, self.stage_lr), *self.extra_param_groups]
+        optimizer = torch.optim.Adam([{"params": params} for params, _ in groups], lr=1.0,
+                                     betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
                                      weight_decay=optim_cfg.weight_decay)
-        lr = self.lr_override if self.lr_override is not None else optim_cfg.lr
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            lr_lambda(schedule=optim_cfg.schedule, lr=lr, warmup=optim_cfg.warmup_steps,
-                      d_model=self.cfg.model.d_model, step_offset=self.step_offset),
-        )
+            optimizer, [self.lr_multiplier(lr) for _, lr in groups])
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def add_param_group(self, params: list[torch.nn.Parameter], lr: float) -> None:
+        """Train `params` (just made trainable) as an optimizer group of their own at `lr`.
+
+        Before `configure_optimizers` runs the group is only recorded. During a fit it also joins the
+        live optimizer, and the LambdaLR gets its multiplier evaluated at the scheduler's current step:
+        the group then has the lr that `configure_optimizers` gives it when the fit is resumed.
+        """
+        self.extra_param_groups.append((params, lr))
+        if self._trainer is None or not self.trainer.optimizers:
+            return
+        optimizer = self.trainer.optimizers[0]
+        scheduler = self.trainer.lr_scheduler_configs[0].scheduler
+        multiplier = self.lr_multiplier(lr)
+        current = multiplier(scheduler.last_epoch)  # base lr 1.0, as for every group
+        optimizer.add_param_group({"params": params, "lr": current, "initial_lr": 1.0})
+        scheduler.base_lrs.append(1.0)
+        scheduler.lr_lambdas.append(multiplier)
+        scheduler._last_lr.append(current)  # what get_last_lr() reports until the next step
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Checkpoints are self-contained: the vocabularies travel with the weights."""

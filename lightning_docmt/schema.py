@@ -93,17 +93,49 @@ class OptimConfig:
 
 
 @dataclass
+class UnfreezeConfig:
+    """A milestone of a stage's `StagedUnfreezing` (`callbacks/staged_unfreezing.py`).
+
+    Once the stage has made `at_step` optimizer updates (counted from 0 in every stage, whatever
+    `continue_schedule` says), or at the start of its epoch `at_epoch` (set exactly one), the
+    still-frozen parameters matching `globs` start training, as an optimizer group of their own.
+    `lr` is required (no silent lr/10 default, DESIGN.md section 12) and is in the units of
+    `train.optim.lr`: the group follows the stage's schedule with `lr` in place of the stage's lr.
+    """
+
+    globs: list[str] = field(default_factory=list)  # parameter-name globs (fnmatch)
+    at_step: Optional[int] = None
+    at_epoch: Optional[int] = None
+    lr: Optional[float] = None
+
+
+@dataclass
 class StageConfig:
     """One stage of a multi-stage run: one `trainer.fit` (DESIGN.md section 7)."""
 
     arch: Optional[str] = None  # None: model.arch; e.g. stage 1 of Zhang's two-step is a transformer
     data: dict[str, Any] = field(default_factory=dict)  # overrides of `data.*` for this stage
-    trainable: list[str] = field(default_factory=lambda: ["*"])  # parameter-name globs
+    trainable: list[str] = field(default_factory=lambda: ["*"])  # parameter-name globs; the rest is frozen
+    unfreeze: list[UnfreezeConfig] = field(default_factory=list)  # later unfreezing milestones
     init_from: Optional[str] = None  # a previous stage name or a checkpoint path
     max_steps: int = -1
     max_epochs: Optional[int] = None
     lr: Optional[float] = None
     continue_schedule: bool = False  # continue the lr schedule from init_from's step (reading Z9)
+
+
+@dataclass
+class AverageConfig:
+    """Checkpoint averaging at the end of every stage (`callbacks/checkpoint_averaging.py`).
+
+    `checkpoints` > 0 keeps the weights of every validation and, when the stage ends, averages the
+    last N (`rule: last`) or the N contiguous ones with the best mean validation score
+    (`rule: best_contiguous`, the 10-checkpoint rule of "Diverse Pretrained Context Encodings",
+    ablations.md 5.4). The averaged model becomes the stage's final checkpoint.
+    """
+
+    checkpoints: int = 0  # N; 0 = off
+    rule: str = "best_contiguous"  # best_contiguous | last
 
 
 @dataclass
@@ -119,6 +151,7 @@ class TrainConfig:
     accumulate: int = 1
     precision: str = "auto"  # auto: bf16-mixed on CUDA with bf16 support, else 32-true
     optim: OptimConfig = field(default_factory=OptimConfig)
+    average: AverageConfig = field(default_factory=AverageConfig)
 
 
 @dataclass

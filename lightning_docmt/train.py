@@ -20,7 +20,6 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,8 @@ import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from callbacks.checkpoint_averaging import CheckpointAveraging, check_average_config
+from callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt import config as config_lib
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.distributed import is_global_zero
@@ -35,7 +36,7 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.lit import DocMTModule
 from lightning_docmt.registry import get_arch
 from lightning_docmt.schema import ContextConfig, RunConfig
-from lightning_docmt.trainer_factory import build_trainer
+from lightning_docmt.trainer_factory import build_trainer, monitor_metric
 
 STAGE_FORMAT_VERSION = 1
 PLACEHOLDER_VOCAB = 16  # vocabulary size of the models `check_stages` builds for their names
@@ -80,7 +81,7 @@ def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
     plain = OmegaConf.to_container(scfg, resolve=True)
     data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir")}
     limits = {k: plain["train"][k] for k in ("max_steps", "max_epochs", "max_time_minutes",
-                                               "accumulate", "val_every_steps", "precision")}
+                                               "accumulate", "val_every_steps", "precision", "average")}
     payload = {"version": STAGE_FORMAT_VERSION, "data": data, "vocab": plain["vocab"],
                "context": plain["context"], "model": plain["model"], "eval": plain["eval"],
                "optim": plain["train"]["optim"], "seed": plain["train"]["seed"],
@@ -137,13 +138,15 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     if init_ckpt is not None:
         missing = load_weights(module, init_ckpt)["missing"]
         print(f"[docmt] stage '{name}': initialised from {init_ckpt} ({len(missing)} new tensors)")
-    _apply_trainable(module, stage.trainable, name)
 
     stage_dir = run_dir / name
-    trainer, checkpointer = build_trainer(scfg, stage, stage_dir)
+    trainer, checkpointer = build_trainer(scfg, name, stage_dir)  # freezing: StagedUnfreezing
     started = time.time()
     trainer.fit(module, datamodule=datamodule)
-    best = checkpointer.best_model_path or checkpointer.last_model_path
+    best, best_score = checkpointer.best_model_path or checkpointer.last_model_path, checkpointer.best_model_score
+    averaging = next((c for c in trainer.callbacks if isinstance(c, CheckpointAveraging)), None)
+    if averaging is not None and averaging.result is not None:  # the averaged model is the stage's
+        best, best_score = averaging.checkpoint_path, averaging.result["validation"].get(monitor_metric(scfg)[0])
     if trainer.is_global_zero:
         store.mkdir(parents=True, exist_ok=True)
         tmp = store / "final.ckpt.tmp"
@@ -151,39 +154,27 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         os.replace(tmp, store / "final.ckpt")
         info = {"global_step": trainer.global_step, "best": str(best), "stage": name,
                 "seconds": round(time.time() - started, 1),
-                "best_score": _scalar(checkpointer.best_model_score)}
+                "best_score": _scalar(best_score)}
         done.write_text(json.dumps(info, indent=1) + "\n")
     trainer.strategy.barrier()
     return StageResult(name, key, store / "final.ckpt", trainer.global_step, reused=False)
 
 
-def _apply_trainable(module: DocMTModule, globs: list[str], stage_name: str) -> None:
-    """Freeze every parameter outside the stage's trainable globs; a glob matching nothing is an error."""
-    _check_globs([n for n, _ in module.model.named_parameters()], globs, stage_name)
-    for n, p in module.model.named_parameters():
-        p.requires_grad_(any(fnmatchcase(n, g) for g in globs))
-
-
-def _check_globs(names: list[str], globs: list[str], stage_name: str) -> None:
-    for pattern in globs:
-        if not any(fnmatchcase(n, pattern) for n in names):
-            raise DocMTInputError(f"trainable glob '{pattern}' matches no parameter",
-                                  key=f"train.stages.{stage_name}.trainable")
-
-
 def check_stages(cfg: DictConfig) -> None:
-    """Fail on a trainable glob that matches nothing before any stage trains or anything is written.
+    """Fail on a bad freezing policy (a trainable or milestone glob that matches nothing, a
+    milestone without lr) or averaging setting before any stage trains or anything is written.
 
     Parameter names do not depend on the vocabulary sizes, so each stage's model is built on the
     meta device (no memory, no initialisation) with placeholder sizes.
     """
+    check_average_config(cfg.train.average.checkpoints, cfg.train.average.rule)
     for name in cfg.train.schedule:
         scfg = stage_config(cfg, name)
+        policy = StagedUnfreezing.from_stage(name, scfg.train.stages[name])
         with torch.device("meta"):
             module = get_arch(scfg.model.arch).module_class(
                 OmegaConf.to_container(scfg, resolve=True), PLACEHOLDER_VOCAB, PLACEHOLDER_VOCAB)
-        _check_globs([n for n, _ in module.model.named_parameters()],
-                     list(scfg.train.stages[name].trainable), name)
+        policy.check([n for n, _ in module.model.named_parameters()])
 
 
 def _scalar(x: Any) -> float | None:

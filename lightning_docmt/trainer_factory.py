@@ -3,6 +3,11 @@
 `trainer:` in the config is a free dict passed through to the Trainer (devices, strategy, num_nodes,
 accelerator, ...); the keys the suite owns (limits, precision, accumulation, clipping, loggers,
 callbacks) come from `train.*` and `logging.*`.
+
+A training trainer gets the stage's `StagedUnfreezing` (its freezing policy) and, with
+`train.average.checkpoints` > 0, a `CheckpointAveraging` writing `<stage dir>/averaging/`. DDP keeps
+its defaults (`find_unused_parameters=False`, no `static_graph`): frozen parameters are frozen
+before the model is wrapped (see `callbacks/staged_unfreezing.py`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, Mode
 from lightning.pytorch.loggers import CSVLogger, Logger
 from omegaconf import DictConfig, OmegaConf
 
+from callbacks.checkpoint_averaging import CheckpointAveraging
+from callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.errors import DocMTInputError
 
 OWNED_KEYS = ("max_steps", "max_epochs", "max_time", "precision", "accumulate_grad_batches",
@@ -62,8 +69,10 @@ def _wandb_logger(cfg: DictConfig, out_dir: Path) -> Logger | None:
         return None
 
 
-def build_trainer(cfg: DictConfig, stage: DictConfig | None, out_dir: Path, for_test: bool = False
+def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_test: bool = False
                   ) -> tuple[pl.Trainer, ModelCheckpoint]:
+    """The Trainer of stage `stage_name` of `train.stages` (None: no stage, e.g. for testing)."""
+    stage = cfg.train.stages[stage_name] if stage_name is not None else None
     user: dict[str, Any] = OmegaConf.to_container(cfg.trainer, resolve=True)
     clash = sorted(set(user) & set(OWNED_KEYS))
     if clash:
@@ -95,6 +104,11 @@ def build_trainer(cfg: DictConfig, stage: DictConfig | None, out_dir: Path, for_
         if train.val_every_steps:
             kwargs.update(val_check_interval=train.val_every_steps, check_val_every_n_epoch=None)
         callbacks.append(LearningRateMonitor(logging_interval="step"))
+        if stage is not None:
+            callbacks.append(StagedUnfreezing.from_stage(stage_name, stage))
+        if train.average.checkpoints > 0:
+            callbacks.append(CheckpointAveraging(train.average.checkpoints, train.average.rule,
+                                                 out_dir / "averaging", monitor=monitor, mode=mode))
         if train.early_stop_patience > 0:
             callbacks.append(EarlyStopping(monitor=monitor, mode=mode,
                                            patience=train.early_stop_patience))

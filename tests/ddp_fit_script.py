@@ -3,13 +3,13 @@
 Usage: python tests/ddp_fit_script.py RECORD_DIR [docmt fit arguments ...]
 
 It must run as a script: Lightning's `ddp` strategy starts the other ranks by re-running
-`sys.argv`. Every training `Trainer` that `lightning_docmt.train` builds gets a `FitRecorder`, and
-every rank writes into RECORD_DIR:
+`sys.argv`. Every training `Trainer` that `lightning_docmt.train` builds (one per stage) gets a
+`FitRecorder`, and every rank writes into RECORD_DIR, per stage S:
 
-- `rank<R>.json`: `{"rank", "world_size", "train": [{"epoch", "sent_index"}, ...] (one entry per
+- `rank<R>.<S>.json`: `{"rank", "world_size", "train": [{"epoch", "sent_index"}, ...] (one entry per
   training batch), "validations": [{"sent_index", "bleu"}, ...] (one entry per validation run
   outside the sanity check, with this rank's validation sentences and the logged `val/bleu`)}`
-- `rank<R>.initial.pt`, `rank<R>.final.pt`: the model's state_dict when training starts and ends.
+- `rank<R>.<S>.initial.pt`, `rank<R>.<S>.final.pt`: the model's state_dict when training starts and ends.
 """
 
 from __future__ import annotations
@@ -26,14 +26,15 @@ from lightning_docmt import cli, train
 
 
 class FitRecorder(pl.Callback):
-    def __init__(self, record_dir: Path):
+    def __init__(self, record_dir: Path, stage: str):
         self.record_dir = record_dir
+        self.stage = stage
         self.train: list[dict[str, Any]] = []
         self.validations: list[dict[str, Any]] = []
         self._val_sentences: list[int] = []
 
     def _path(self, trainer: pl.Trainer, suffix: str) -> Path:
-        return self.record_dir / f"rank{trainer.global_rank}.{suffix}"
+        return self.record_dir / f"rank{trainer.global_rank}.{self.stage}.{suffix}"
 
     @staticmethod
     def _weights(pl_module: pl.LightningModule) -> dict[str, torch.Tensor]:
@@ -74,10 +75,10 @@ def main(argv: list[str]) -> int:
     record_dir.mkdir(parents=True, exist_ok=True)
     build_trainer = train.build_trainer
 
-    def build_recording_trainer(*args: Any, **kwargs: Any):
-        trainer, checkpointer = build_trainer(*args, **kwargs)
+    def build_recording_trainer(cfg: Any, stage_name: str | None, *args: Any, **kwargs: Any):
+        trainer, checkpointer = build_trainer(cfg, stage_name, *args, **kwargs)
         if not kwargs.get("for_test", False):
-            trainer.callbacks.append(FitRecorder(record_dir))
+            trainer.callbacks.append(FitRecorder(record_dir, stage_name))
         return trainer, checkpointer
 
     train.build_trainer = build_recording_trainer

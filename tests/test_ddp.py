@@ -2,9 +2,11 @@
 
 Lightning's `ddp` strategy starts rank 1 by re-running `sys.argv`, which inside pytest would re-run
 pytest: the fit therefore runs `tests/ddp_fit_script.py` (`docmt fit` plus a callback that records,
-per rank, the `sent_index` of every training and validation batch, `val/bleu`, and the weights when
-training starts and ends). One fit of the tiny profile on `synthetic:tiny`, two epochs, validation
-every few steps, then the run's test, is shared by the tests below.
+per rank and stage, the `sent_index` of every training and validation batch, `val/bleu`, and the
+weights when training starts and ends). One run of the tiny profile on `synthetic:tiny` is shared
+by the tests below: stage `main` (two epochs, validation every few steps), then a short stage
+`tune` from it that freezes all but `TUNE_TRAINABLE` and unfreezes `TUNE_MILESTONE` at step
+`TUNE_MILESTONE_STEP`, after DDP wrapped the model (callbacks/staged_unfreezing.py), then the run's test.
 
 Expected sentence counts come from the corpus itself (`read_corpus`), not from the pipeline.
 """
@@ -17,6 +19,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,9 @@ SCRIPT = REPO / "tests" / "ddp_fit_script.py"
 CORPUS = "synthetic:tiny"
 WORLD = 2
 VAL_EVERY = 3
+TUNE_TRAINABLE, TUNE_MILESTONE, TUNE_MILESTONE_STEP = ["decoder.*"], ["encoder.layers.*.ffn.*"], 2
+TUNE_STAGE = (f"train.stages.tune={{init_from: main, max_steps: 4, trainable: {json.dumps(TUNE_TRAINABLE)}, "
+              f"unfreeze: [{{globs: {json.dumps(TUNE_MILESTONE)}, at_step: {TUNE_MILESTONE_STEP}, lr: 1.0e-3}}]}}")
 # Variables of an enclosing launch would make the subprocess believe it is not rank zero.
 LAUNCH_VARIABLES = (*RANK_VARIABLES, "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", RUN_DIR_VARIABLE)
 
@@ -40,9 +46,11 @@ LAUNCH_VARIABLES = (*RANK_VARIABLES, "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
 class DDPRun:
     stdout: str
     runs_dir: Path
-    records: list[dict[str, Any]]  # per rank, see ddp_fit_script.py
-    initial: list[dict[str, torch.Tensor]]
+    records: list[dict[str, Any]]  # per rank, stage `main`, see ddp_fit_script.py
+    initial: list[dict[str, torch.Tensor]]  # per rank, stage `main`
     final: list[dict[str, torch.Tensor]]
+    tune_initial: list[dict[str, torch.Tensor]]  # per rank, stage `tune`
+    tune_final: list[dict[str, torch.Tensor]]
 
 
 def sentence_count(split: str) -> int:
@@ -59,17 +67,21 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> DDPRun:
     command = [sys.executable, str(SCRIPT), str(record_dir), "fit", str(config), "--profile", "tiny",
                f"trainer.devices={WORLD}", "trainer.strategy=ddp", "trainer.accelerator=cpu",
                "train.max_steps=-1", "train.max_epochs=2", f"train.val_every_steps={VAL_EVERY}",
-               "data.max_tokens=6000"]
+               "data.max_tokens=6000", TUNE_STAGE, "train.schedule=[main,tune]"]
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
     # one thread per rank: two ranks on a small machine must not oversubscribe its cores
     env.update(PYTHONPATH=str(REPO), WANDB_MODE="disabled", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     proc = subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"DDP fit failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     ranks = range(WORLD)
+
+    def load(stage: str, which: str) -> list[dict[str, torch.Tensor]]:
+        return [torch.load(record_dir / f"rank{r}.{stage}.{which}.pt") for r in ranks]
+
     return DDPRun(stdout=proc.stdout, runs_dir=tmp / "runs",
-                  records=[json.loads((record_dir / f"rank{r}.json").read_text()) for r in ranks],
-                  initial=[torch.load(record_dir / f"rank{r}.initial.pt") for r in ranks],
-                  final=[torch.load(record_dir / f"rank{r}.final.pt") for r in ranks])
+                  records=[json.loads((record_dir / f"rank{r}.main.json").read_text()) for r in ranks],
+                  initial=load("main", "initial"), final=load("main", "final"),
+                  tune_initial=load("tune", "initial"), tune_final=load("tune", "final"))
 
 
 def epochs(record: dict[str, Any]) -> dict[int, list[list[int]]]:
@@ -126,8 +138,28 @@ def test_validation_bleu_is_scored_once_on_the_gathered_validation_set(ddp_run):
 def test_one_run_directory_holds_the_test_of_every_test_sentence(ddp_run):
     run_dirs = list((ddp_run.runs_dir / "runs").iterdir())
     assert len(run_dirs) == 1  # every rank works in the directory rank zero chose
-    assert ddp_run.stdout.split() == [str(run_dirs[0])]  # printed once
+    printed = [line for line in ddp_run.stdout.splitlines() if not line.startswith("[docmt]")]
+    assert printed == [str(run_dirs[0])]  # printed once; progress lines are tagged "[docmt]"
     metrics = json.loads((run_dirs[0] / "metrics.json").read_text())
     assert 0.0 <= metrics["test/bleu"] <= 100.0
     lines = (run_dirs[0] / "test.hyp.txt").read_text(encoding="utf-8").split("\n")
     assert lines[-1] == "" and len(lines) - 1 == sentence_count("test")
+
+
+def test_a_frozen_stage_keeps_frozen_weights_and_the_ranks_in_step(ddp_run):
+    """Frozen before DDP wraps the model: bit-identical to stage `main` on both ranks. Unfrozen at a
+    milestone after the wrap: trained, and identical on both ranks (their gradients are all-reduced
+    by StagedUnfreezing; DDP's reducer does not know them)."""
+    main_final = ddp_run.final[0]
+    names = [k.removeprefix("model.") for k in main_final]
+    trainable = {n for n in names if any(fnmatchcase(n, g) for g in TUNE_TRAINABLE)}
+    unfrozen = {n for n in names if any(fnmatchcase(n, g) for g in TUNE_MILESTONE)} - trainable
+    assert trainable and unfrozen
+    for rank in range(WORLD):
+        initial, final = ddp_run.tune_initial[rank], ddp_run.tune_final[rank]
+        assert all(torch.equal(initial[k], main_final[k]) for k in main_final)  # `tune` starts from `main`
+        for key in main_final:
+            name = key.removeprefix("model.")
+            changed = not torch.equal(final[key], main_final[key])
+            assert changed == (name in trainable or name in unfrozen), (rank, name)
+    assert all(torch.equal(ddp_run.tune_final[0][k], ddp_run.tune_final[1][k]) for k in main_final)

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import pytest
 import torch
 
+from callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt import train
 from lightning_docmt.cli import main
 from lightning_docmt.data.corpora import read_corpus
@@ -218,14 +219,14 @@ def two_stage(workdir: Path) -> dict[str, Any]:
     config = write_config(workdir / "two_stage.yaml",
                           TWO_STAGE.format(trainable=json.dumps(THETA_D_GLOBS)))
     started: dict[str, dict[str, torch.Tensor]] = {}
-    apply_trainable = train._apply_trainable
+    setup = StagedUnfreezing.setup
 
-    def recording(module, globs, stage_name):
-        started[stage_name] = {k: v.clone() for k, v in module.model.state_dict().items()}
-        apply_trainable(module, globs, stage_name)
+    def recording(self, trainer, pl_module, stage):
+        started[self.stage_name] = {k: v.clone() for k, v in pl_module.model.state_dict().items()}
+        setup(self, trainer, pl_module, stage)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(train, "_apply_trainable", recording)
+        mp.setattr(StagedUnfreezing, "setup", recording)
         run_dir = run_dir_of(docmt("fit", config, "--profile", "tiny"))
     return {"run_dir": run_dir, "s2_start": started["s2"]}
 

@@ -1,0 +1,230 @@
+"""Checkpoint averaging (DESIGN.md section 7): a pure function, a callback, and `docmt average`.
+
+"Diverse Pretrained Context Encodings Improve Document Translation" (ablations.md 5.4, trap 21)
+averages the 10 contiguous checkpoints with the best mean validation BLEU, once before a stage-1
+Transformer bootstraps the document models and once before reporting. `CheckpointAveraging` applies
+that rule (`rule: best_contiguous`) or the last N (`rule: last`) at the end of every stage
+(`train.average`, schema.AverageConfig).
+
+`average_state_dicts` averages floating tensors in float32 (float64 stays float64) and casts back to
+each tensor's dtype; integer and bool buffers (step counters, masks) are copied from the newest
+(last) state dict. The traps it avoids (DESIGN.md section 12): fairseq floor-divides integer
+tensors, NeMo sums them, OpenNMT-py accumulates in half precision (in bf16, 256 + 1 rounds back to
+256, so a bf16 sum of many checkpoints drifts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.trainer.states import TrainerFn
+
+from lightning_docmt.errors import DocMTInputError
+
+RULES = ("best_contiguous", "last")
+
+
+def average_state_dicts(state_dicts: Iterable[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of `state_dicts` (oldest first), read one at a time.
+
+    Every state dict must have the keys and shapes of the first; a mismatch is a `DocMTInputError`
+    naming the key. Floating tensors are summed in (at least) float32 and cast back to their dtype;
+    other tensors come from the last (newest) state dict.
+    """
+    sums: dict[str, torch.Tensor] = {}
+    newest: Mapping[str, torch.Tensor] = {}
+    count = 0
+    for state in state_dicts:
+        if count == 0:
+            sums = {k: v.detach().to(torch.promote_types(v.dtype, torch.float32), copy=True)
+                    for k, v in state.items() if v.is_floating_point()}
+            first = {k: (v.shape, v.dtype) for k, v in state.items()}
+        else:
+            _check_same_layout(first, state)
+            for k, total in sums.items():
+                total += state[k].detach().to(total.dtype)
+        newest = state
+        count += 1
+    if count == 0:
+        raise DocMTInputError("nothing to average: no state dicts")
+    return {k: (sums[k] / count).to(v.dtype) if k in sums else v.detach().clone()
+            for k, v in newest.items()}
+
+
+def _check_same_layout(first: Mapping[str, tuple[torch.Size, torch.dtype]],
+                       state: Mapping[str, torch.Tensor]) -> None:
+    for k in first:
+        if k not in state:
+            raise DocMTInputError("missing from a later state dict", key=k)
+    for k, v in state.items():
+        if k not in first:
+            raise DocMTInputError("not in the first state dict", key=k)
+        shape, dtype = first[k]
+        if v.shape != shape or v.is_floating_point() != dtype.is_floating_point:
+            raise DocMTInputError(f"{tuple(v.shape)} {v.dtype} differs from {tuple(shape)} {dtype} "
+                                  f"of the first state dict", key=k)
+
+
+def select_window(scores: Sequence[float], n: int, rule: str) -> range:
+    """Indices of the checkpoints to average; higher scores are better.
+
+    `last`: the last n. `best_contiguous`: the n contiguous checkpoints with the highest score sum
+    (= mean), the later window on ties. Fewer than n checkpoints: all of them.
+    """
+    if rule not in RULES:
+        raise ValueError(f"unknown averaging rule '{rule}'")
+    if len(scores) <= n:  # NOT IN PAPER (5.4 averages 10): a stage with fewer validations averages all
+        return range(len(scores))
+    starts = range(len(scores) - n + 1)
+    if rule == "last":
+        start = starts[-1]
+    else:
+        start = max(starts, key=lambda i: (sum(scores[i:i + n]), i))
+    return range(start, start + n)
+
+
+def check_average_config(checkpoints: int, rule: str) -> None:
+    if checkpoints < 0:
+        raise DocMTInputError(f"must be >= 0 (0 = off), got {checkpoints}",
+                              key="train.average.checkpoints")
+    if rule not in RULES:
+        raise DocMTInputError(f"unknown rule '{rule}' (expected one of {', '.join(RULES)})",
+                              key="train.average.rule")
+
+
+def _save_atomically(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+@dataclass
+class Snapshot:
+    step: int
+    score: float  # the monitored metric, sign-flipped when lower is better
+    path: str | None  # None once pruned
+
+
+class CheckpointAveraging(pl.Callback):
+    """Keeps the weights of every validation on disk; at fit end averages N of them, validates the
+    average and saves it as a Lightning checkpoint (`checkpoint_path`).
+
+    Only the snapshots that can still be chosen stay on disk: the best window so far and the last
+    n-1 (a later window may still include them); at most 2n-1 files. Snapshots are written by global
+    rank zero and read by every rank, so the stage directory must be shared by the ranks. The
+    validation of the average is logged like any other, at the stage's last step.
+    """
+
+    # NOT IN PAPER: with `eval.valid_bleu=false` the monitored score is the validation loss (mode min)
+    # instead of the paper's validation BLEU (`trainer_factory.monitor_metric`).
+    def __init__(self, checkpoints: int, rule: str, directory: Path, monitor: str, mode: str):
+        check_average_config(checkpoints, rule)
+        self.n = checkpoints
+        self.rule = rule
+        self.directory = Path(directory)
+        self.monitor = monitor
+        self.sign = 1.0 if mode == "max" else -1.0
+        self.snapshots: list[Snapshot] = []
+        self.result: dict[str, Any] | None = None  # set at fit end: steps, scores, val metrics
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.directory / "averaged.ckpt"
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
+            return
+        value = trainer.callback_metrics.get(self.monitor)
+        if value is None:
+            raise RuntimeError(f"checkpoint averaging: '{self.monitor}' was not logged")
+        if self.snapshots and self.snapshots[-1].step == trainer.global_step:
+            self.snapshots.pop()  # validated twice at one step: keep the later weights
+        path = self.directory / f"step{trainer.global_step:09d}.pt"
+        if trainer.is_global_zero:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            _save_atomically({k: v.detach().cpu().clone() for k, v in pl_module.state_dict().items()}, path)
+        self.snapshots.append(Snapshot(trainer.global_step, self.sign * float(value), str(path)))
+        self._prune(trainer)
+
+    def _window(self) -> list[Snapshot]:
+        return [self.snapshots[i] for i in select_window([s.score for s in self.snapshots], self.n, self.rule)]
+
+    def _prune(self, trainer: pl.Trainer) -> None:
+        keep = {id(s) for s in self._window()}
+        keep |= {id(s) for s in self.snapshots[len(self.snapshots) - self.n + 1:]}  # last n-1
+        for s in self.snapshots:
+            if id(s) not in keep and s.path is not None:
+                if trainer.is_global_zero:
+                    Path(s.path).unlink(missing_ok=True)
+                s.path = None
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Average the chosen window, validate it, save it as a normal Lightning checkpoint."""
+        if not self.snapshots:
+            return
+        window = self._window()
+        trainer.strategy.barrier("checkpoint averaging")  # rank zero has written every snapshot
+        pl_module.load_state_dict(average_state_dicts(
+            torch.load(s.path, map_location="cpu", weights_only=True) for s in window))
+        metrics = trainer.validate(pl_module, datamodule=trainer.datamodule, verbose=False)
+        tmp = self.checkpoint_path.with_name(self.checkpoint_path.name + ".tmp")
+        trainer.save_checkpoint(tmp, weights_only=True)
+        self.result = {"rule": self.rule, "steps": [s.step for s in window],
+                       "scores": [self.sign * s.score for s in window],
+                       "validation": {k: float(v) for k, v in (metrics[0] if metrics else {}).items()}}
+        if trainer.is_global_zero:
+            os.replace(tmp, self.checkpoint_path)
+            (self.directory / "average.json").write_text(json.dumps(self.result, indent=1) + "\n")
+        trainer.strategy.barrier("checkpoint averaging done")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"snapshots": [asdict(s) for s in self.snapshots]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.snapshots = [Snapshot(**s) for s in state_dict["snapshots"]]
+
+
+# ---------------------------------------------------------------------- `docmt average`
+def _read_checkpoint(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise DocMTInputError("no such checkpoint", path=path)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except Exception as err:  # any unreadable file is bad input, whatever the unpickler raised
+        raise DocMTInputError(f"not a checkpoint ({type(err).__name__})", path=path) from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        raise DocMTInputError("not a Lightning checkpoint (no state_dict)", path=path)
+    return checkpoint
+
+
+def average_checkpoints(paths: Sequence[Path], out: Path) -> dict[str, Any]:
+    """Average the `state_dict` of Lightning checkpoints into `out` (written atomically).
+
+    The newest checkpoint (highest `global_step`, the later argument on ties) gives everything else:
+    hyper-parameters, packed vocabularies, integer buffers. Checkpoints are read one at a time.
+    """
+    steps = [int(_read_checkpoint(Path(p)).get("global_step", 0)) for p in paths]
+    ordered = [Path(p) for _, _, p in sorted(zip(steps, range(len(paths)), paths))]
+    current: list[Path] = []
+
+    def states() -> Iterator[dict[str, torch.Tensor]]:
+        for path in ordered:
+            current[:] = [path]
+            yield _read_checkpoint(path)["state_dict"]
+
+    try:
+        averaged = average_state_dicts(states())
+    except DocMTInputError as err:
+        raise DocMTInputError(str(err), path=current[0]) from None
+    checkpoint = _read_checkpoint(ordered[-1])
+    checkpoint["state_dict"] = averaged
+    checkpoint["averaged_from"] = [str(p) for p in ordered]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _save_atomically(checkpoint, out)
+    return {"out": str(out), "averaged": [str(p) for p in ordered], "newest": str(ordered[-1])}
