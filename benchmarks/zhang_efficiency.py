@@ -9,14 +9,18 @@ Transformer ignores), and measures side by side, interleaved and repeated:
 - training: target tokens per second of forward + backward + optimizer step (Adam); the document
   model trains theta_d only by default (step 2 of the two-step training, theta_s frozen: the
   paper's system) or every parameter (`--zhang-trainable all`);
-- decoding: beam search (`decode.beam`, `decode.len_penalty` of the profile) over test sentences,
-  in sentences per second and generated target tokens per second.
+- decoding: beam search (`decode.*` of the profile) over test sentences, in sentences per second
+  and generated target tokens per second. The models are untrained, and an untrained model stops
+  at an arbitrary length (often at once), so `<eos>` is held back until the maximum length
+  `floor(decode.max_len_a * |x| + decode.max_len_b)`: both models decode the same number of steps
+  per sentence, and the figures compare the cost of a step (NOT IN PAPER: the paper decodes with
+  trained models, whose lengths differ a little).
 
 The figure of each repeat is recorded; the median over repeats is reported with the min and max.
 Timings on a shared machine are noisy: compare ratios measured in the same run.
 
     python benchmarks/zhang_efficiency.py [--profile cpu] [--corpus bible:en-fr] [--repeats 3] \
-        [--train-batches 10] [--decode-sentences 64] [--json out.json] [model.d_model=512 ...]
+        [--train-batches 10] [--decode-sentences 32] [--json out.json] [model.d_model=512 ...]
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+from lightning_docmt import decoding  # noqa: E402
 from lightning_docmt.config import compose  # noqa: E402
-from lightning_docmt.data.batch import PAD_ID  # noqa: E402
+from lightning_docmt.data.batch import EOS_ID, PAD_ID  # noqa: E402
 from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
 from lightning_docmt.losses import label_smoothed_nll  # noqa: E402
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS  # noqa: E402
@@ -85,6 +90,27 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+class FullLengthDecoder:
+    """A seq2seq model whose `<eos>` logit is pushed far down (finite, so the forced `<eos>` at the
+    maximum length still finishes every hypothesis): all hypotheses run to the maximum length."""
+
+    HELD_BACK = -1e4
+
+    def __init__(self, model):
+        self.model = model
+
+    def encode(self, batch: Batch):
+        return self.model.encode(batch)
+
+    def init_cache(self, state):
+        return self.model.init_cache(state)
+
+    def decode_step(self, tokens: torch.Tensor, state, cache) -> torch.Tensor:
+        logits = self.model.decode_step(tokens, state, cache)  # (N, V)
+        logits[:, EOS_ID] = self.HELD_BACK
+        return logits
+
+
 class Runner:
     """One model with its optimizer: timed training steps and timed beam search."""
 
@@ -117,17 +143,25 @@ class Runner:
     def time_decoding(self, batches: list[Batch]) -> tuple[float, float]:
         """(sentences per second, generated target tokens per second, `<eos>` counted)."""
         self.module.eval()
-        beam = self.module.cfg.decode.beam
+        dec = self.module.cfg.decode
+        model = FullLengthDecoder(self.module.model)
         sentences = tokens = 0
         synchronize(self.device)
         started = time.perf_counter()
         for batch in batches:
-            hyps = self.module.translate_batch(batch, beam=beam)
+            hyps = decoding.beam_search(model, batch, beam=dec.beam, len_penalty=dec.len_penalty,
+                                        max_len_a=dec.max_len_a, max_len_b=dec.max_len_b)
             sentences += len(hyps)
-            tokens += sum(len(h) + 1 for h in hyps)
+            tokens += sum(len(h.tokens) + 1 for h in hyps)
         synchronize(self.device)
         seconds = time.perf_counter() - started
         return sentences / seconds, tokens / seconds
+
+
+def full_length(batches: list[Batch], dec) -> float:
+    """Mean generated tokens per sentence (`<eos>` included) when every hypothesis runs to the maximum."""
+    lengths = torch.cat([decoding.max_target_lengths(b["src"], dec.max_len_a, dec.max_len_b) for b in batches])
+    return float((lengths + 1).double().mean())
 
 
 def build_runners(configs, datamodule, zhang_trainable: str, device: torch.device) -> dict[str, Runner]:
@@ -181,7 +215,8 @@ def measure(args: argparse.Namespace) -> dict:
                   "context_layers": model.context_layers, "beam": zcfg.decode.beam,
                   "train_batches": len(train) - 1,
                   "train_target_tokens": sum(int(b["tgt_out"].ne(PAD_ID).sum()) for b in train[1:]),
-                  "decode_sentences": sum(len(b["src"]) for b in decode)},
+                  "decode_sentences": sum(len(b["src"]) for b in decode),
+                  "decode_tokens_per_sentence": full_length(decode, zcfg.decode)},
         "parameters": {arch: {"total": sum(p.numel() for p in r.module.parameters()),
                               "trainable": sum(p.numel() for p in r.module.parameters() if p.requires_grad)}
                        for arch, r in runners.items()},
@@ -223,7 +258,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--corpus", default="bible:en-fr", help="corpus spec, e.g. synthetic:small")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--train-batches", type=int, default=10, help="timed training steps per repeat")
-    parser.add_argument("--decode-sentences", type=int, default=64, help="test sentences decoded per repeat")
+    parser.add_argument("--decode-sentences", type=int, default=32, help="test sentences decoded per repeat")
     parser.add_argument("--zhang-trainable", choices=["theta_d", "all"], default="theta_d")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")

@@ -13,6 +13,10 @@ import pytest
 
 from lightning_docmt import commands
 from lightning_docmt.cli import main
+from lightning_docmt.data.batch import EOS_ID
+from lightning_docmt.data.datamodule import DocumentWindowDataModule
+from lightning_docmt.decoding import beam_search, max_target_lengths
+from lightning_docmt.train import build_module
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "zhang_efficiency.py"
 
@@ -38,6 +42,10 @@ def test_benchmark_measures_both_models_on_the_same_batches(tmp_path, capsys):
         for figure in ("train_tokens_per_s", "decode_sents_per_s", "decode_tokens_per_s"):
             summary = report["results"][arch][figure]
             assert 0 < summary["min"] <= summary["median"] <= summary["max"]
+        # both decode every hypothesis to the maximum length: the same tokens per sentence
+        tokens_per_sentence = (report["results"][arch]["decode_tokens_per_s"]["median"]
+                               / report["results"][arch]["decode_sents_per_s"]["median"])
+        assert tokens_per_sentence == pytest.approx(setup["decode_tokens_per_sentence"])
     ratio = report["ratio_zhang_over_transformer"]
     assert ratio["train_tokens_per_s"] == pytest.approx(
         report["results"]["zhang_doc"]["train_tokens_per_s"]["median"]
@@ -92,3 +100,33 @@ def test_bench_rejects_an_unknown_benchmark(calls, capsys):
     assert main(["bench", "--only", "zhang_efficency"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "zhang_efficiency" in err and calls == []
+
+
+class EosEager:
+    """A model that would end every sentence at once: its `<eos>` logit is far above the rest."""
+
+    def __init__(self, model):
+        self.model = model
+        self.encode, self.init_cache = model.encode, model.init_cache
+
+    def decode_step(self, tokens, state, cache):
+        logits = self.model.decode_step(tokens, state, cache)
+        logits[:, EOS_ID] += 100.0
+        return logits
+
+
+def test_full_length_decoding_runs_every_hypothesis_to_the_maximum_length(tmp_path):
+    bench = load_script()
+    cfg = bench.compose_pair("tiny", "synthetic:tiny", [f"data.cache_dir={tmp_path}"])["zhang_doc"]
+    dm = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context, seed=1)
+    dm.prepare_data()
+    dm.setup("test")
+    batch = next(iter(dm.test_dataloader()))
+    model = build_module(cfg, dm).model.eval()
+    lengths = {"max_len_a": cfg.decode.max_len_a, "max_len_b": cfg.decode.max_len_b}
+    limits = max_target_lengths(batch["src"], **lengths).tolist()
+    natural = beam_search(EosEager(model), batch, beam=2, **lengths)
+    assert all(len(h.tokens) == 0 for h in natural)
+    forced = beam_search(bench.FullLengthDecoder(EosEager(model)), batch, beam=2, **lengths)
+    assert [len(h.tokens) for h in forced] == limits
+    assert bench.full_length([batch], cfg.decode) == pytest.approx(sum(limits) / len(limits) + 1)
