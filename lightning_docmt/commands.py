@@ -190,16 +190,45 @@ def demo_command(args: argparse.Namespace) -> int:
 
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+# `docmt bench --only NAME`: the benchmark scripts of `benchmarks/` (each prints its figures and ratios).
+BENCHMARK_NAMES = ("data_scale", "zhang_efficiency")
+
+
+def _benchmark_argv(name: str, args: argparse.Namespace, json_path: Path | None) -> list[str]:
+    import sys
+
+    argv = [sys.executable, str(BENCHMARKS / f"{name}.py")]
+    if name == "data_scale":
+        argv += ["--sentences", str(args.sentences)]
+    if json_path is not None:
+        argv += ["--json", str(json_path)]
+    return argv
 
 
 @command("bench")
 def bench_command(args: argparse.Namespace) -> int:
-    """Run the benchmarks of `benchmarks/` (each prints its measured figures and ratios)."""
-    import subprocess
-    import sys
+    """Run the selected benchmarks (`--only a,b`; default: all) one after another.
 
-    script = BENCHMARKS / "data_scale.py"
-    argv = [sys.executable, str(script), "--sentences", str(args.sentences)]
+    `--json PATH` gets the report of a single benchmark as it is, or `{name: report}` for several.
+    """
+    import subprocess
+    import tempfile
+
+    names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else list(BENCHMARK_NAMES)
+    unknown = [n for n in names if n not in BENCHMARK_NAMES]
+    if unknown or not names:
+        raise DocMTInputError(f"--only: unknown benchmark '{unknown[0] if unknown else args.only}'; "
+                              f"available: {', '.join(BENCHMARK_NAMES)}")
+    if args.json and len(names) == 1:
+        return subprocess.call(_benchmark_argv(names[0], args, Path(args.json)))
+    status, reports = 0, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            json_path = Path(tmp) / f"{name}.json" if args.json else None
+            code = subprocess.call(_benchmark_argv(name, args, json_path))
+            status = status or code
+            if json_path is not None and json_path.is_file():
+                reports[name] = json.loads(json_path.read_text())
     if args.json:
-        argv += ["--json", args.json]
-    return subprocess.call(argv)
+        Path(args.json).write_text(json.dumps(reports, indent=1) + "\n")
+    return status

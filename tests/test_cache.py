@@ -134,3 +134,16 @@ def test_caches_rebuild_only_when_inputs_or_options_change(tmp_path, monkeypatch
     built.clear()
     rebuilt = build_caches(*_config(spec, tmp_path, max_len=8))
     assert sorted(built) == ["test", "train", "valid"] and rebuilt.vocab_dir != first.vocab_dir
+
+
+def test_a_training_fraction_keeps_the_vocabulary_of_the_whole_training_split(tmp_path):
+    """Zhang et al. 2018 Table 7: step 2 trains on a subset D_d of step 1's data, with its ids."""
+    docs = random_documents(10, seed=3, splits=("train", "valid", "test"))
+    spec = write_jsonl(tmp_path / "c.jsonl", docs)
+    whole = build_caches(*_config(spec, tmp_path))
+    part = build_caches(*_config(spec, tmp_path, train_fraction=0.3))
+    assert part.vocab_dir == whole.vocab_dir
+    assert part.split_dirs["train"] != whole.split_dirs["train"]
+    assert part.split_dirs["test"] == whole.split_dirs["test"]
+    kept, all_train = (len(load_cache(c.split_dirs["train"]).doc_ids) for c in (part, whole))
+    assert kept == 2 and all_train == 4  # ceil(0.3 * 4) of the 4 training documents

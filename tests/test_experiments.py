@@ -1,5 +1,7 @@
 """Every row of every experiments/**/*.yaml composes and validates with the real registry (no
-training), at its own profile and at `tiny`; plain run configs there compose too."""
+training), at its own profile and at every profile (`docmt table --profile P`), and every stage's
+trainable globs match parameters of its model (at its own profile and at `tiny`, the smallest
+layer counts); plain run configs there compose too."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 from lightning_docmt.config import compose
 from lightning_docmt.registry import import_all_archs
 from lightning_docmt.table_spec import compose_row, is_table_file, load_table
+from lightning_docmt.train import check_stages
 from lightning_docmt.yaml_file import YamlFile
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -29,7 +32,7 @@ def test_there_are_experiment_files():
     assert (EXPERIMENTS / "demo.yaml").is_file() and experiment_cases()
 
 
-@pytest.mark.parametrize("profile", [None, "tiny"])
+@pytest.mark.parametrize("profile", [None, "tiny", "cpu", "paper"])
 @pytest.mark.parametrize("path, row", experiment_cases(),
                          ids=lambda case: case.name if isinstance(case, Path) else str(case))
 def test_experiment_composes(path, row, profile):
@@ -40,5 +43,7 @@ def test_experiment_composes(path, row, profile):
         cfg = compose_row(load_table(path), row, profile)
         assert cfg.logging.name == row
     assert cfg.model.arch in import_all_archs()
+    if profile in (None, "tiny"):  # parameter names do not depend on sizes beyond layer counts
+        check_stages(cfg)  # a trainable glob matching no parameter fails here
     if profile is not None:
         assert cfg.profile == profile

@@ -5,12 +5,17 @@ Cache layout under `data.cache_dir`:
 are computed from corpus fingerprints and options alone, so `cache_layout` finds existing
 entries without reading any corpus; `build_caches` reads each corpus at most once, and only when
 something is missing.
+
+The vocabulary is learnt from the whole training split, whatever `data.train_fraction` keeps: the
+stages of one run may train on different fractions (Zhang et al. 2018, Table 7: step 1 on
+D_s u D_d, step 2 on the subset D_d) and must share token ids, since a stage starts from its
+parent's embeddings.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -47,10 +52,15 @@ def _length_filter(data: DataConfig, split: str) -> LengthFilter | None:
     return LengthFilter(data.max_len, data.max_len_ratio) if split == "train" else None
 
 
+def vocabulary_source(sources: dict[str, SplitSource]) -> SplitSource:
+    """The documents the vocabulary is learnt from: the training split before `train_fraction`."""
+    return replace(sources["train"], fraction=1.0)
+
+
 def cache_layout(data: DataConfig, vocab: VocabConfig) -> CacheLayout:
     check_data_config(data)
     sources = split_sources(data)
-    vdir = vocab_dir(data.cache_dir, vocab, sources["train"].fingerprint())
+    vdir = vocab_dir(data.cache_dir, vocab, vocabulary_source(sources).fingerprint())
     split_dirs = {}
     for split, source in sources.items():
         lf = _length_filter(data, split)
@@ -82,7 +92,7 @@ def build_caches(data: DataConfig, vocab: VocabConfig) -> CacheLayout:
     layout = cache_layout(data, vocab)
     sources = split_sources(data)
     reader = _CorpusReader()
-    train = sources["train"]
+    train = vocabulary_source(sources)
     if not layout.vocab_dir.is_dir() and not reader.documents(train):
         which = "data.train" if train.override else "data.corpus"
         raise DocMTInputError(f"no training documents in '{train.spec}' to build a vocabulary from",

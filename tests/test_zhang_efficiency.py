@@ -1,0 +1,132 @@
+"""`benchmarks/zhang_efficiency.py` (Zhang et al. 2018, Table 6) at tiny sizes, and `docmt bench`'s
+benchmark selection."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_docmt import commands
+from lightning_docmt.cli import main
+from lightning_docmt.data.batch import EOS_ID
+from lightning_docmt.data.datamodule import DocumentWindowDataModule
+from lightning_docmt.decoding import beam_search, max_target_lengths
+from lightning_docmt.train import build_module
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "zhang_efficiency.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("zhang_efficiency", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_measures_both_models_on_the_same_batches(tmp_path, capsys):
+    bench = load_script()
+    out = tmp_path / "report.json"
+    report = bench.main(["--profile", "tiny", "--corpus", "synthetic:tiny", "--repeats", "2",
+                         "--train-batches", "2", "--decode-sentences", "4", "--threads", "1",
+                         "--json", str(out), f"data.cache_dir={tmp_path / 'cache'}"])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    setup = report["setup"]
+    assert setup["d_model"] == 32 and setup["train_batches"] == 2 and setup["decode_sentences"] >= 4
+    for arch in ("transformer", "zhang_doc"):
+        for figure in ("train_tokens_per_s", "decode_sents_per_s", "decode_tokens_per_s"):
+            summary = report["results"][arch][figure]
+            assert 0 < summary["min"] <= summary["median"] <= summary["max"]
+        # both decode every hypothesis to the maximum length: the same tokens per sentence
+        tokens_per_sentence = (report["results"][arch]["decode_tokens_per_s"]["median"]
+                               / report["results"][arch]["decode_sents_per_s"]["median"])
+        assert tokens_per_sentence == pytest.approx(setup["decode_tokens_per_sentence"])
+    ratio = report["ratio_zhang_over_transformer"]
+    assert ratio["train_tokens_per_s"] == pytest.approx(
+        report["results"]["zhang_doc"]["train_tokens_per_s"]["median"]
+        / report["results"]["transformer"]["train_tokens_per_s"]["median"])
+    assert report["paper_ratio"]["train_tokens_per_s"] == pytest.approx(31 / 41)
+    assert report["paper_ratio"]["decode_sents_per_s"] == pytest.approx(364 / 872)
+    params = report["parameters"]
+    # the same sizes: zhang_doc is the Transformer plus theta_d, of which only theta_d trains
+    assert params["zhang_doc"]["total"] > params["transformer"]["total"]
+    assert params["zhang_doc"]["trainable"] == params["zhang_doc"]["total"] - params["transformer"]["total"]
+    printed = capsys.readouterr().out
+    assert "transformer" in printed and "zhang_doc" in printed and "0.76 / 0.42" in printed
+
+
+def test_bad_benchmark_arguments_are_rejected():
+    bench = load_script()
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--repeats", "0"])
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Record the benchmark scripts `docmt bench` would start; each writes a small JSON report."""
+    started: list[list[str]] = []
+
+    def fake_call(argv):
+        started.append(argv)
+        if "--json" in argv:
+            Path(argv[argv.index("--json") + 1]).write_text(json.dumps({"script": Path(argv[1]).stem}))
+        return 0
+
+    monkeypatch.setattr(subprocess, "call", fake_call)
+    return started
+
+
+def test_bench_only_runs_the_selected_benchmark(calls, tmp_path):
+    out = tmp_path / "one.json"
+    assert main(["bench", "--only", "zhang_efficiency", "--json", str(out)]) == 0
+    assert [Path(argv[1]).name for argv in calls] == ["zhang_efficiency.py"]
+    assert json.loads(out.read_text()) == {"script": "zhang_efficiency"}
+
+
+def test_bench_runs_every_benchmark_by_default_and_merges_their_reports(calls, tmp_path):
+    out = tmp_path / "all.json"
+    assert main(["bench", "--sentences", "1000", "--json", str(out)]) == 0
+    assert [Path(argv[1]).stem for argv in calls] == list(commands.BENCHMARK_NAMES)
+    assert calls[0][2:4] == ["--sentences", "1000"] and "--sentences" not in calls[1]
+    assert json.loads(out.read_text()) == {name: {"script": name} for name in commands.BENCHMARK_NAMES}
+
+
+def test_bench_rejects_an_unknown_benchmark(calls, capsys):
+    assert main(["bench", "--only", "zhang_efficency"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "zhang_efficiency" in err and calls == []
+
+
+class EosEager:
+    """A model that would end every sentence at once: its `<eos>` logit is far above the rest."""
+
+    def __init__(self, model):
+        self.model = model
+        self.encode, self.init_cache = model.encode, model.init_cache
+
+    def decode_step(self, tokens, state, cache):
+        logits = self.model.decode_step(tokens, state, cache)
+        logits[:, EOS_ID] += 100.0
+        return logits
+
+
+def test_full_length_decoding_runs_every_hypothesis_to_the_maximum_length(tmp_path):
+    bench = load_script()
+    cfg = bench.compose_pair("tiny", "synthetic:tiny", [f"data.cache_dir={tmp_path}"])["zhang_doc"]
+    dm = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context, seed=1)
+    dm.prepare_data()
+    dm.setup("test")
+    batch = next(iter(dm.test_dataloader()))
+    model = build_module(cfg, dm).model.eval()
+    lengths = {"max_len_a": cfg.decode.max_len_a, "max_len_b": cfg.decode.max_len_b}
+    limits = max_target_lengths(batch["src"], **lengths).tolist()
+    natural = beam_search(EosEager(model), batch, beam=2, **lengths)
+    assert all(len(h.tokens) == 0 for h in natural)
+    forced = beam_search(bench.FullLengthDecoder(EosEager(model)), batch, beam=2, **lengths)
+    assert [len(h.tokens) for h in forced] == limits
+    assert bench.full_length([batch], cfg.decode) == pytest.approx(sum(limits) / len(limits) + 1)
