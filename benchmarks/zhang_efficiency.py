@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
+from callbacks.staged_unfreezing import StagedUnfreezing  # noqa: E402
 
 from lightning_docmt import decoding  # noqa: E402
 from lightning_docmt.config import compose  # noqa: E402
@@ -45,7 +46,7 @@ from lightning_docmt.data.batch import EOS_ID, PAD_ID  # noqa: E402
 from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
 from lightning_docmt.losses import label_smoothed_nll  # noqa: E402
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS  # noqa: E402
-from lightning_docmt.train import _apply_trainable, build_module  # noqa: E402
+from lightning_docmt.train import build_module  # noqa: E402
 
 PAPER = {"transformer": {"train": 41_000, "decode": 872}, "zhang_doc": {"train": 31_000, "decode": 364}}
 ARCHS = ("transformer", "zhang_doc")
@@ -169,7 +170,7 @@ def build_runners(configs, datamodule, zhang_trainable: str, device: torch.devic
     for arch, cfg in configs.items():
         module = build_module(cfg, datamodule)
         if arch == "zhang_doc" and zhang_trainable == "theta_d":
-            _apply_trainable(module, THETA_D_GLOBS, "benchmark")  # step 2: theta_s frozen (trap 4)
+            StagedUnfreezing("benchmark", THETA_D_GLOBS).apply(module)  # step 2: theta_s frozen (trap 4)
         runners[arch] = Runner(module, device)
     return runners
 

@@ -117,7 +117,7 @@ class StagedUnfreezing(pl.Callback):
         for i, m in enumerate(self.milestones):
             check_globs(names, m.globs, f"train.stages.{self.stage_name}.unfreeze.{i}.globs")
 
-    def _apply(self, pl_module: pl.LightningModule) -> None:
+    def apply(self, pl_module: pl.LightningModule) -> None:
         """Set requires_grad and the module's extra optimizer groups from `trainable` and `fired`."""
         names = [n for n, _ in pl_module.model.named_parameters()]
         self.check(names)
@@ -155,7 +155,7 @@ class StagedUnfreezing(pl.Callback):
             return
         self._module = pl_module
         self.fired = []
-        self._apply(pl_module)
+        self.apply(pl_module)
         self._fire_due(trainer, pl_module)  # milestones at step 0 / epoch 0
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -206,7 +206,7 @@ class StagedUnfreezing(pl.Callback):
                                       f"not {value}", key=f"train.stages.{self.stage_name}")
         self.fired = list(state_dict["fired"])
         if self._module is not None:
-            self._apply(self._module)
+            self.apply(self._module)
             restored = self.state_dict()["frozen"]
             if restored != state_dict["frozen"]:
                 raise DocMTInputError("the checkpoint's frozen parameters differ from this model's",
