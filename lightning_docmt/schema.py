@@ -149,7 +149,8 @@ class TrainConfig:
     val_every_steps: Optional[int] = None
     early_stop_patience: int = 0  # 0: off
     accumulate: int = 1
-    precision: str = "auto"  # auto: bf16-mixed on CUDA with bf16 support, else 32-true
+    precision: str = "auto"  # auto: bf16-mixed on CUDA with bf16 support, else 32-true; fast: also
+    # bf16-mixed on CPUs with native bf16 (trainer_factory.resolve_precision); or any Lightning value
     optim: OptimConfig = field(default_factory=OptimConfig)
     average: AverageConfig = field(default_factory=AverageConfig)
 

@@ -41,3 +41,16 @@ def test_precision_auto_is_full_precision_without_cuda(monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     assert trainer_factory.resolve_precision("auto") == "32-true"
     assert trainer_factory.resolve_precision("bf16-mixed") == "bf16-mixed"
+
+
+@pytest.mark.parametrize("flags, fast", [("fpu avx2 avx512f avx512_bf16", "bf16-mixed"),
+                                          ("fpu avx2 amx_bf16 amx_tile", "bf16-mixed"),
+                                          ("fpu avx2 avx512f avx512bw", "32-true")])
+def test_precision_fast_uses_bf16_only_on_cpus_with_native_bf16(monkeypatch, tmp_path, flags, fast):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr(trainer_factory, "CPUINFO", cpuinfo)
+    assert trainer_factory.resolve_precision("fast") == fast
+    assert trainer_factory.resolve_precision("fast", accelerator="cpu") == fast
+    assert trainer_factory.resolve_precision("auto") == "32-true"  # auto never picks bf16 on a CPU
