@@ -22,6 +22,7 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference import load_checkpoint
 from lightning_docmt.lit import DocMTModule
 from lightning_docmt.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, TRAIN_SPEED_METRIC
+from tests.run_env import single_process_run_env
 
 NAME = "tiny?docs=20&test_docs=5"
 STEPS = 10
@@ -37,13 +38,8 @@ def compose(root: Path, *overrides: str):
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("WANDB_MODE", "disabled")
-        mp.setenv(train.RUN_DIR_VARIABLE, "")
+    with single_process_run_env():
         yield tmp_path_factory.mktemp("run_metrics")
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
