@@ -5,6 +5,13 @@ whose earlier sentences are the example's `src_context` / `tgt_context` (the sho
 with empty sentences at the far end), so the model reads its context through the very window and
 collation code used in training. The score of a candidate is the summed log-probability of its
 tokens (plus `<eos>`) given the source and the context.
+
+Suites of a run (`eval.contrastive`, evaluated after testing; `configured_suites` reads them before
+training so that a bad entry fails early): each entry is a suite file in the generic format, or
+`corpus`, the suite that comes with the corpus of the test split (`data.test`, else `data.corpus`;
+the synthetic generator makes one). Metric names (`suite_metrics`): with one suite
+`contrastive/accuracy` and `contrastive/<phenomenon>`; with several, each suite's are prefixed with
+its name (the file's stem, or `corpus`): `contrastive/<name>/accuracy`, `contrastive/<name>/<phenomenon>`.
 """
 
 from __future__ import annotations
@@ -15,9 +22,14 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 
 from lightning_docmt import metrics
+from lightning_docmt.data.contrastive import read_suite
+from lightning_docmt.data.corpora import corpus_suite
+from lightning_docmt.data.splits import split_sources
 from lightning_docmt.data.types import Document
+from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference import LoadedModel, batches, binarize_documents
 from lightning_docmt.scoring import sequence_log_probs
 
@@ -46,7 +58,9 @@ def score_suite(model: LoadedModel, examples: Sequence[dict], max_tokens: int = 
         split = binarize_documents(documents, model, Path(tmp))
         last = np.asarray(split.doc_offsets[1:], dtype=np.int64) - 1  # the scored sentences
         doc_of_sentence = {int(s): d for d, s in enumerate(last)}
+        device = next(model.module.parameters()).device
         for batch in batches(split, last, model.window, max_tokens):
+            batch = {k: v.to(device) for k, v in batch.items()}
             logp = sequence_log_probs(model.module.model, batch)
             for s, value in zip(batch["sent_index"].tolist(), logp.tolist()):
                 e, c = owners[doc_of_sentence[s]]
@@ -59,3 +73,45 @@ def evaluate_suite(model: LoadedModel, examples: Sequence[dict]) -> dict[str, An
     scores = score_suite(model, examples)
     return metrics.contrastive_accuracy(scores, [ex["label"] for ex in examples],
                                         [ex.get("phenomenon", "all") for ex in examples])
+
+
+CORPUS_SUITE = "corpus"  # the `eval.contrastive` entry naming the test corpus' own suite
+KEY = "eval.contrastive"
+
+
+def configured_suites(cfg: DictConfig) -> dict[str, list[dict]]:
+    """The suites of `eval.contrastive`, read and validated, by metric name (see the module
+    docstring). A missing or malformed file, `corpus` for a corpus without a suite, or two entries
+    with the same name raise DocMTInputError."""
+    suites: dict[str, list[dict]] = {}
+    for entry in cfg.eval.contrastive:
+        if entry == CORPUS_SUITE:
+            spec = split_sources(cfg.data)["test"].spec
+            examples = corpus_suite(spec)
+            if examples is None:
+                raise DocMTInputError(f"'{CORPUS_SUITE}': the test corpus '{spec}' has no "
+                                      "contrastive suite of its own; give a suite file", key=KEY)
+            name = CORPUS_SUITE
+        else:
+            path = Path(entry)
+            if not path.is_file():
+                raise DocMTInputError(f"no such contrastive suite file '{entry}' (or use "
+                                      f"'{CORPUS_SUITE}' for the test corpus' own suite)", key=KEY)
+            examples, name = read_suite(path), path.stem
+        if name in suites:
+            raise DocMTInputError(f"two suites named '{name}' (metric names use the file stem)",
+                                  key=KEY)
+        suites[name] = examples
+    return suites
+
+
+def suite_metrics(model: LoadedModel, suites: dict[str, list[dict]]) -> dict[str, float]:
+    """Accuracy overall and per phenomenon of every suite, under the names of the module docstring."""
+    scores: dict[str, float] = {}
+    for name, examples in suites.items():
+        prefix = "contrastive/" if len(suites) == 1 else f"contrastive/{name}/"
+        result = evaluate_suite(model, examples)
+        scores[f"{prefix}accuracy"] = result["accuracy"]
+        scores.update({f"{prefix}{phenomenon}": part["accuracy"]
+                       for phenomenon, part in result["by_phenomenon"].items()})
+    return scores

@@ -10,18 +10,22 @@ thin subclass that names it:
 The shared recipe: label-smoothed cross entropy, Adam with the schedules of `schedules.py`
 (continuable across stages), validation loss and BLEU over the *whole* validation set with
 hypotheses gathered from every rank before scoring (per-rank BLEU averaged is not corpus BLEU,
-DESIGN.md section 12), and test metrics (BLEU with its sacreBLEU signature, chrF, document BLEU).
+DESIGN.md section 12), test metrics (BLEU with its sacreBLEU signature, chrF, document BLEU), and
+the speed figures of `speed.py` (training throughput stored with every checkpoint, test decoding
+speed).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt import decoding, metrics
@@ -29,6 +33,7 @@ from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.losses import label_smoothed_nll
 from lightning_docmt.registry import get_arch
 from lightning_docmt.schedules import lr_lambda
+from lightning_docmt.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, Stopwatch, rate
 
 
 class DocMTModule(pl.LightningModule):
@@ -47,6 +52,9 @@ class DocMTModule(pl.LightningModule):
         self.output_dir: Path | None = None  # where test hypotheses and signatures are written
         self._eval_records: list[tuple[int, int, str]] = []  # (sent_index, doc_index, hypothesis)
         self._eval_sums = torch.zeros(3)  # loss sum, nll sum, target tokens
+        self._train_clock = Stopwatch()  # training time of this fit, validation left out
+        self._train_tokens: torch.Tensor | int = 0  # this rank's trained target tokens (on device)
+        self._decode_stats = torch.zeros(2, dtype=torch.float64)  # beam-search seconds, sentences
 
     # ------------------------------------------------------------------ subclass hook
     seq2seq_class: type[torch.nn.Module]
@@ -76,7 +84,23 @@ class DocMTModule(pl.LightningModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=bsz)
         self.log("train/nll", nll_sum / ntok_f, batch_size=bsz)
         self.log("train/tokens", ntok_f, reduce_fx="sum", batch_size=bsz)
+        self._train_tokens = self._train_tokens + ntok.detach()  # no host sync per step
         return loss
+
+    # The training clock runs from the start to the end of the training loop, stopped during
+    # validation (which runs inside it); sanity checking happens before it starts.
+    def on_train_start(self) -> None:
+        self._train_clock.start()
+
+    def on_train_end(self) -> None:
+        self._train_clock.stop()
+
+    def on_validation_start(self) -> None:
+        self._train_clock.stop()
+
+    def on_validation_end(self) -> None:
+        if self.trainer.state.fn == TrainerFn.FITTING and not self.trainer.sanity_checking:
+            self._train_clock.start()
 
     @property
     def stage_lr(self) -> float:
@@ -131,6 +155,11 @@ class DocMTModule(pl.LightningModule):
 
         datamodule = self.trainer.datamodule
         checkpoint[VOCAB_KEY] = pack_vocabularies(datamodule.src_vocab, datamodule.tgt_vocab)
+        # Every rank writes its checkpoint dict (only rank zero saves it), so the reduce is safe.
+        tokens = torch.as_tensor(self._train_tokens, device=self.device).long()
+        tokens = self.trainer.strategy.reduce(tokens, reduce_op="sum")
+        checkpoint[TRAIN_SPEED_KEY] = {"target_tokens": int(tokens),
+                                       "seconds": self._train_clock.seconds}
 
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:
@@ -142,6 +171,7 @@ class DocMTModule(pl.LightningModule):
     def _reset_eval(self) -> None:
         self._eval_records = []
         self._eval_sums = torch.zeros(3, device=self.device)
+        self._decode_stats.zero_()
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         beam = self.cfg.eval.valid_beam if self.cfg.eval.valid_bleu else 0
@@ -156,8 +186,12 @@ class DocMTModule(pl.LightningModule):
         if beam <= 0:
             return
         vocab = self.trainer.datamodule.tgt_vocab
+        started = time.perf_counter()
+        hypotheses = self.translate_batch(batch, beam=beam)  # token lists: the device has finished
+        self._decode_stats += torch.tensor([time.perf_counter() - started, len(hypotheses)],
+                                           dtype=torch.float64)
         for sent, doc, ids in zip(batch["sent_index"].tolist(), batch["doc_index"].tolist(),
-                                  self.translate_batch(batch, beam=beam)):
+                                  hypotheses):
             self._eval_records.append((sent, doc, vocab.decode(ids)))
 
     @torch.no_grad()
@@ -186,9 +220,16 @@ class DocMTModule(pl.LightningModule):
                f"{prefix}/ppl": math.exp(min(nll_sum / ntok, 50.0))}
         if with_bleu and not self.trainer.sanity_checking:
             log.update(self._corpus_scores(prefix, split))
+        if prefix == "test":
+            log[DECODE_SPEED_METRIC] = self._decode_speed()
         for key, value in log.items():
             self.log(key, value, prog_bar=key.endswith(("bleu", "loss")), rank_zero_only=False,
                      sync_dist=False)
+
+    def _decode_speed(self) -> float:
+        """Sentences per second of beam search: all ranks' sentences over the slowest rank's time."""
+        stats = self.all_gather(self._decode_stats.float().to(self.device)).reshape(-1, 2)
+        return rate(float(stats[:, 1].sum()), float(stats[:, 0].max()))  # (world, [s, sents])
 
     def _gather_records(self) -> list[tuple[int, int, str]]:
         records = self._eval_records

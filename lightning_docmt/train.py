@@ -1,7 +1,10 @@
 """Run orchestration: every stage of one run is one `trainer.fit` (DESIGN.md section 7).
 
 `fit_run(cfg)` creates the run directory (with the resolved `config.yaml`), runs the stages listed in
-`train.schedule`, then tests the final model and writes `metrics.json`.
+`train.schedule`, then tests the final model and writes `metrics.json`: the test loop's metrics, the
+final stage's training throughput and the test decoding speed (`speed.py`), and the accuracies on
+the contrastive suites of `eval.contrastive` (`contrastive_eval.py`; read before any training, so
+that a bad entry fails first).
 
 Stage reuse: a stage is keyed by a hash of everything that determines its weights (data, vocabulary,
 context, the stage's architecture and sizes, optimisation, seed, the stage's own settings and the key
@@ -30,12 +33,15 @@ from omegaconf import DictConfig, OmegaConf
 from callbacks.checkpoint_averaging import CheckpointAveraging, check_average_config
 from callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt import config as config_lib
+from lightning_docmt.contrastive_eval import configured_suites, suite_metrics
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.distributed import is_global_zero
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.inference import LoadedModel
 from lightning_docmt.lit import DocMTModule
 from lightning_docmt.registry import get_arch
 from lightning_docmt.schema import ContextConfig, RunConfig
+from lightning_docmt.speed import train_speed_metrics
 from lightning_docmt.trainer_factory import build_trainer, monitor_metric
 
 STAGE_FORMAT_VERSION = 1
@@ -77,13 +83,15 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
 
 
 def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
-    """Hash of everything that determines a stage's weights (worker counts and paths excluded)."""
+    """Hash of everything that determines a stage's weights (worker counts, paths and the
+    contrastive suites evaluated after testing excluded)."""
     plain = OmegaConf.to_container(scfg, resolve=True)
     data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir")}
+    evaluation = {k: v for k, v in plain["eval"].items() if k != "contrastive"}
     limits = {k: plain["train"][k] for k in ("max_steps", "max_epochs", "max_time_minutes",
                                                "accumulate", "val_every_steps", "precision", "average")}
     payload = {"version": STAGE_FORMAT_VERSION, "data": data, "vocab": plain["vocab"],
-               "context": plain["context"], "model": plain["model"], "eval": plain["eval"],
+               "context": plain["context"], "model": plain["model"], "eval": evaluation,
                "optim": plain["train"]["optim"], "seed": plain["train"]["seed"],
                "stage": plain["train"]["stages"][name], "limits": limits,
                "trainer": plain["trainer"], "parent": parent_key}
@@ -207,6 +215,7 @@ def fit_run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
     """Check the stages, train every stage of `train.schedule`, then test the final model.
     Returns the run dir."""
     check_stages(cfg)
+    suites = configured_suites(cfg)
     run_dir = Path(run_dir) if run_dir is not None else make_run_dir(cfg)
     writer = is_global_zero()
     if writer:
@@ -215,7 +224,7 @@ def fit_run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
     for name in cfg.train.schedule:
         results[name] = run_stage(cfg, name, run_dir, results)
     final = results[cfg.train.schedule[-1]]
-    scores = test_checkpoint(stage_config(cfg, final.name), final.checkpoint, run_dir)
+    scores = test_checkpoint(stage_config(cfg, final.name), final.checkpoint, run_dir, suites)
     record = {"checkpoint": str(final.checkpoint),
               "stages": {n: {"key": r.key, "reused": r.reused, "global_step": r.global_step,
                              "checkpoint": str(r.checkpoint)} for n, r in results.items()}}
@@ -230,8 +239,12 @@ def run_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     return json.loads((fit_run(cfg, run_dir) / "metrics.json").read_text())
 
 
-def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path) -> dict[str, float]:
-    """Test-set metrics of a checkpoint (beam search with `decode.*`)."""
+def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
+                    suites: dict[str, list[dict]] | None = None) -> dict[str, float]:
+    """Test-set metrics of a checkpoint (beam search with `decode.*`), the training throughput it
+    stores, and its contrastive accuracies on `suites` (default: those of `eval.contrastive`;
+    computed on global rank zero only, the rank that writes them)."""
+    suites = configured_suites(cfg) if suites is None else suites
     datamodule = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context)
     datamodule.prepare_data()
     datamodule.setup("test")
@@ -240,4 +253,10 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path) -> dict[st
     module.output_dir = out_dir
     trainer, _ = build_trainer(cfg, None, out_dir / "test", for_test=True)
     results = trainer.test(module, datamodule=datamodule, verbose=False)
-    return {k: float(v) for k, v in results[0].items()} if results else {}
+    scores = {k: float(v) for k, v in results[0].items()} if results else {}
+    scores.update(train_speed_metrics(checkpoint))
+    if suites and is_global_zero():
+        module.to(trainer.strategy.root_device).eval()  # the test loop left it on the CPU, training
+        model = LoadedModel(module, cfg, datamodule.src_vocab, datamodule.tgt_vocab)
+        scores.update(suite_metrics(model, suites))
+    return scores

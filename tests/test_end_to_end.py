@@ -25,6 +25,7 @@ from lightning_docmt.cli import main
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.synthetic import write_contrastive_suite
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
+from lightning_docmt.speed import DECODE_SPEED_METRIC
 
 CORPUS = "synthetic:tiny"
 # One validation, at the end: the stored (best) checkpoint is then the final model, and 20 steps
@@ -68,6 +69,12 @@ def run_dir_of(outcome: Outcome) -> Path:
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
+
+
+def without_timing(metrics: dict[str, float]) -> dict[str, float]:
+    """The metrics that a repeated test must reproduce (the decoding speed is a wall-clock figure)."""
+    assert metrics[DECODE_SPEED_METRIC] > 0
+    return {k: v for k, v in metrics.items() if k != DECODE_SPEED_METRIC}
 
 
 def sources_of_test_split() -> list[list[str]]:
@@ -131,14 +138,15 @@ def test_fit_of_the_saved_config_repeats_the_run(fitted):
     _, first = fitted
     second = run_dir_of(docmt("fit", first / "config.yaml"))
     assert (second / "config.yaml").read_text() == (first / "config.yaml").read_text()
-    assert read_json(second / "metrics.json") == read_json(first / "metrics.json")
+    assert without_timing(read_json(second / "metrics.json")) == \
+        without_timing(read_json(first / "metrics.json"))
 
 
 def test_test_command_prints_the_metrics_of_the_run(fitted):
     _, run_dir = fitted
     outcome = docmt("test", run_dir, "--json")
     assert outcome.code == 0, outcome.err
-    assert json.loads(outcome.out) == read_json(run_dir / "metrics.json")
+    assert without_timing(json.loads(outcome.out)) == without_timing(read_json(run_dir / "metrics.json"))
 
 
 def test_translate_keeps_the_layout_of_plain_text_and_agrees_with_jsonl(fitted, workdir):

@@ -8,6 +8,9 @@ vocabulary and binarized caches).
 
 Readers that take options use a query string after their arguments: `bible:en-fr?src=kjv&tgt=darby`,
 `synthetic:small?docs=5000&seed=3` (parsed by `split_query`).
+
+A reader may also provide `suite(args)`: the contrastive suite that belongs to the corpus' test split
+(the synthetic generator writes one), which `eval.contrastive: [corpus]` evaluates.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import hashlib
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 from lightning_docmt.data.types import Corpus
 from lightning_docmt.errors import DocMTInputError
@@ -28,17 +31,19 @@ class Reader:
     read: Callable[[str], Corpus]
     fingerprint: Callable[[str], str]
     help: str
+    suite: Optional[Callable[[str], list[dict]]] = None  # the test split's contrastive examples
 
 
 READERS: dict[str, Reader] = {}
 _READER_MODULES = ("jsonl", "bible", "wit3", "maruf", "text", "synthetic")
 
 
-def register_reader(prefix: str, *, fingerprint: Callable[[str], str], help: str):
+def register_reader(prefix: str, *, fingerprint: Callable[[str], str], help: str,
+                    suite: Optional[Callable[[str], list[dict]]] = None):
     """Class-free registration: decorate the module's `read(args) -> Corpus`."""
 
     def wrap(read: Callable[[str], Corpus]):
-        READERS[prefix] = Reader(read=read, fingerprint=fingerprint, help=help)
+        READERS[prefix] = Reader(read=read, fingerprint=fingerprint, help=help, suite=suite)
         return read
 
     return wrap
@@ -68,6 +73,12 @@ def read_corpus(spec: str) -> Corpus:
     corpus = reader.read(args)
     corpus.spec = spec
     return corpus
+
+
+def corpus_suite(spec: str) -> list[dict] | None:
+    """The contrastive suite of the corpus' test split, or None when its reader has none."""
+    reader, args = parse_spec(spec)
+    return reader.suite(args) if reader.suite is not None else None
 
 
 def corpus_fingerprint(spec: str) -> str:
