@@ -163,7 +163,7 @@ def contrastive_command(args: argparse.Namespace) -> int:
 DEMO_TABLE = Path(__file__).resolve().parent.parent / "experiments" / "demo.yaml"
 # `--quick`: the same table in about 3 minutes: shorter training, greedy test decoding. The
 # document rows' `doc` stage is shortened too (the transformer row has none: the key is unused there).
-QUICK_OVERRIDES = ["train.max_steps=150", "train.stages.doc.max_steps=30", "decode.beam=1",
+QUICK_OVERRIDES = ["train.max_steps=120", "train.stages.doc.max_steps=20", "decode.beam=1",
                    "train.val_every_steps=100000"]
 
 
