@@ -44,7 +44,6 @@ from lightning_docmt import decoding  # noqa: E402
 from lightning_docmt.config import compose  # noqa: E402
 from lightning_docmt.data.batch import EOS_ID, PAD_ID  # noqa: E402
 from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
-from lightning_docmt.losses import label_smoothed_nll  # noqa: E402
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS  # noqa: E402
 from lightning_docmt.train import build_module  # noqa: E402
 
@@ -120,12 +119,10 @@ class Runner:
         self.device = device
         params = [p for p in module.parameters() if p.requires_grad]
         self.optimizer = torch.optim.Adam(params, lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-        self.smoothing = module.cfg.train.optim.label_smoothing
 
     def train_step(self, batch: Batch) -> None:
         self.module.train()
-        logits = self.module.model(batch)  # (B, T, V)
-        loss_sum, _, ntok = label_smoothed_nll(logits, batch["tgt_out"], self.smoothing, PAD_ID)
+        loss_sum, _, ntok = self.module.loss_terms(batch)  # the training loss of DocMTModule
         (loss_sum / ntok.clamp(min=1)).backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

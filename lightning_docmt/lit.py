@@ -71,13 +71,14 @@ class DocMTModule(pl.LightningModule):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.model(batch)
 
-    def _loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def loss_terms(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(label-smoothed loss sum, NLL sum, target tokens) of a batch (teacher forcing)."""
         logits = self.model(batch)  # (B, T, V)
         return label_smoothed_nll(logits, batch["tgt_out"], self.cfg.train.optim.label_smoothing,
                                   PAD_ID)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss_sum, nll_sum, ntok = self._loss(batch)
+        loss_sum, nll_sum, ntok = self.loss_terms(batch)
         ntok_f = ntok.clamp(min=1).float()
         loss = loss_sum / ntok_f
         bsz = int(batch["src"].size(0))
@@ -181,7 +182,7 @@ class DocMTModule(pl.LightningModule):
         self._eval_step(batch, beam=self.cfg.decode.beam)
 
     def _eval_step(self, batch: dict[str, torch.Tensor], beam: int) -> None:
-        loss_sum, nll_sum, ntok = self._loss(batch)
+        loss_sum, nll_sum, ntok = self.loss_terms(batch)
         self._eval_sums += torch.stack([loss_sum.detach(), nll_sum.detach(), ntok.float()])
         if beam <= 0:
             return
