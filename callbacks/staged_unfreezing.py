@@ -51,6 +51,7 @@ import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig
 
+from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
 
 
@@ -145,7 +146,7 @@ class StagedUnfreezing(pl.Callback):
             if index not in self.fired and m.due(trainer.global_step, trainer.current_epoch):
                 self.fired.append(index)
                 names = self._unfreeze(pl_module, index)
-                print(f"[docmt] stage '{self.stage_name}': step {trainer.global_step} epoch "
+                progress(f"stage '{self.stage_name}': step {trainer.global_step} epoch "
                       f"{trainer.current_epoch}: unfroze {len(names)} tensors at lr {m.lr}")
 
     # ------------------------------------------------------------------ hooks

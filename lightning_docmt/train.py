@@ -35,7 +35,7 @@ from callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt import config as config_lib
 from lightning_docmt.contrastive_eval import configured_suites, suite_metrics
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
-from lightning_docmt.distributed import is_global_zero
+from lightning_docmt.distributed import is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference import LoadedModel
 from lightning_docmt.lit import DocMTModule
@@ -133,7 +133,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     done = store / "done.json"
     if done.is_file():
         info = json.loads(done.read_text())
-        print(f"[docmt] stage '{name}': reusing {store} (trained before with the same config)")
+        progress(f"stage '{name}': reusing {store} (trained before with the same config)")
         return StageResult(name, key, store / "final.ckpt", info["global_step"], reused=True)
 
     pl.seed_everything(scfg.train.seed, workers=True)
@@ -145,7 +145,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     module = build_module(scfg, datamodule, step_offset=step_offset, lr_override=stage.lr)
     if init_ckpt is not None:
         missing = load_weights(module, init_ckpt)["missing"]
-        print(f"[docmt] stage '{name}': initialised from {init_ckpt} ({len(missing)} new tensors)")
+        progress(f"stage '{name}': initialised from {init_ckpt} ({len(missing)} new tensors)")
 
     stage_dir = run_dir / name
     trainer, checkpointer = build_trainer(scfg, name, stage_dir)  # freezing: StagedUnfreezing

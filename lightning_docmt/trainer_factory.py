@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from callbacks.checkpoint_averaging import CheckpointAveraging
 from callbacks.staged_unfreezing import StagedUnfreezing
+from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
 
 OWNED_KEYS = ("max_steps", "max_epochs", "max_time", "precision", "accumulate_grad_batches",
@@ -83,7 +84,7 @@ def _wandb_logger(cfg: DictConfig, out_dir: Path) -> Logger | None:
         _ = logger.experiment  # start now so that a failure is caught here
         return logger
     except Exception as err:  # wandb trouble never stops training (DESIGN.md section 10)
-        print(f"[docmt] wandb disabled for this run: {type(err).__name__}: {err}")
+        progress(f"wandb disabled for this run: {type(err).__name__}: {err}")
         return None
 
 

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from lightning_docmt.data.corpora import read_corpus
-from lightning_docmt.distributed import RANK_VARIABLES
+from lightning_docmt.distributed import RANK_VARIABLES, progress
 from lightning_docmt.train import RUN_DIR_VARIABLE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -163,3 +163,20 @@ def test_a_frozen_stage_keeps_frozen_weights_and_the_ranks_in_step(ddp_run):
             changed = not torch.equal(final[key], main_final[key])
             assert changed == (name in trainable or name in unfrozen), (rank, name)
     assert all(torch.equal(ddp_run.tune_final[0][k], ddp_run.tune_final[1][k]) for k in main_final)
+
+
+def test_progress_lines_are_written_whole(monkeypatch):
+    """The ranks of a DDP run share stdout: a status line and its newline go out in one write."""
+    writes: list[str] = []
+
+    class Recorder:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            writes.append("<flush>")
+
+    monkeypatch.setattr(sys, "stdout", Recorder())
+    progress("stage 'doc': initialised")
+    assert writes == ["[docmt] stage 'doc': initialised\n", "<flush>"]
