@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true")
 
     p = sub.add_parser("bench", help="benchmarks; print measured ratios")
-    p.add_argument("--only", help="comma-separated benchmarks (data_scale, zhang_efficiency); "
+    p.add_argument("--only", help="comma-separated benchmarks (data_scale, training_step, zhang_efficiency); "
                                   "default: all")
     p.add_argument("--json")
     p.add_argument("--sentences", type=int, default=2_000_000, help="data-scale corpus size")

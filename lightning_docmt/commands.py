@@ -193,7 +193,7 @@ def demo_command(args: argparse.Namespace) -> int:
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 # `docmt bench --only NAME`: the benchmark scripts of `benchmarks/` (each prints its figures and ratios).
-BENCHMARK_NAMES = ("data_scale", "zhang_efficiency")
+BENCHMARK_NAMES = ("data_scale", "training_step", "zhang_efficiency")
 
 
 def _benchmark_argv(name: str, args: argparse.Namespace, json_path: Path | None) -> list[str]:

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt import decoding, metrics
 from lightning_docmt.data.batch import PAD_ID
-from lightning_docmt.losses import label_smoothed_nll
+from lightning_docmt.output_loss import output_label_smoothed_nll
 from lightning_docmt.registry import get_arch
 from lightning_docmt.schedules import lr_lambda
 from lightning_docmt.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, Stopwatch, rate
@@ -72,10 +72,13 @@ class DocMTModule(pl.LightningModule):
         return self.model(batch)
 
     def loss_terms(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(label-smoothed loss sum, NLL sum, target tokens) of a batch (teacher forcing)."""
-        logits = self.model(batch)  # (B, T, V)
-        return label_smoothed_nll(logits, batch["tgt_out"], self.cfg.train.optim.label_smoothing,
-                                  PAD_ID)
+        """(label-smoothed loss sum, NLL sum, target tokens) of a batch (teacher forcing).
+
+        The loss is computed together with the output projection (`output_loss.py`).
+        """
+        hidden = self.model.decode_hidden(batch["tgt_in"], self.model.encode(batch))  # (B, T, D)
+        return output_label_smoothed_nll(hidden, self.model.output.weight, batch["tgt_out"],
+                                         self.cfg.train.optim.label_smoothing, PAD_ID)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss_sum, nll_sum, ntok = self.loss_terms(batch)

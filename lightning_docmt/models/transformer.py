@@ -85,10 +85,10 @@ class TransformerSeq2Seq(Seq2SeqModel):
         memory = self.encoder(self.src_embed(tokens), LayerInputs(self_mask=key_mask(pad)))
         return EncoderState(memory=memory, memory_pad=pad)
 
-    def decode(self, tgt_in: Tensor, state: EncoderState) -> Tensor:
+    def decode_hidden(self, tgt_in: Tensor, state: EncoderState) -> Tensor:
         # Right padding: the causal mask alone keeps every real position away from padded keys.
         inputs = LayerInputs(causal=True, memories=state.attention_memories())
-        return self.output(self.decoder(self.tgt_embed(tgt_in), inputs))
+        return self.decoder(self.tgt_embed(tgt_in), inputs)  # (B, T, D)
 
     def init_cache(self, state: EncoderState) -> DecoderCache:
         return DecoderCache(layers=self.decoder.new_cache(LayerInputs(memories=state.attention_memories())))

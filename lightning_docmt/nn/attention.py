@@ -3,7 +3,10 @@
 `MultiHeadAttention(Q, K, V) = Concat(head_1..head_h) W^O`, `head_i = softmax(Q W^Q_i (K W^K_i)^T / sqrt(d_k)) V W^V_i`.
 
 The h heads are computed at once by reshaping to (B, H, L, d_k) and calling
-`torch.nn.functional.scaled_dot_product_attention` with a boolean mask (True = may attend).
+`torch.nn.functional.scaled_dot_product_attention` with a boolean mask (True = may attend). On a
+CPU it is told to use its plain ("math") formulation: PyTorch's CPU flash-attention kernel is slower
+for the short sequences of sentence-level MT, its backward above all (`benchmarks/training_step.py`
+measures both); on GPUs PyTorch picks its fused kernels as usual.
 
 Two caches serve incremental decoding:
 - an *incremental* cache (self-attention): the keys/values of every step are appended, so step t
@@ -23,6 +26,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+CPU_ATTENTION_BACKENDS = [SDPBackend.MATH]
 
 
 @dataclass
@@ -132,8 +138,19 @@ class MultiHeadAttention(nn.Module):
             length = query.size(1)
             mask = mask & torch.ones(length, key.size(2), dtype=torch.bool, device=query.device).tril()
             causal = False
-        context = F.scaled_dot_product_attention(
-            self._split_heads(q), key, value, attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0, is_causal=causal)  # (B, H, T, d_k)
+        context = scaled_dot_product_attention(
+            self._split_heads(q), key, value, mask=mask,
+            dropout=self.dropout if self.training else 0.0, causal=causal)  # (B, H, T, d_k)
         batch, _, length, _ = context.shape
         return self.out_proj(context.transpose(1, 2).reshape(batch, length, d))  # (B, T, D)
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],
+                                 dropout: float, causal: bool) -> Tensor:
+    """`F.scaled_dot_product_attention` over (B, H, L, d_k) tensors, with the math kernel on a CPU."""
+    if query.device.type != "cpu":
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
+                                              is_causal=causal)
+    with sdpa_kernel(CPU_ATTENTION_BACKENDS):
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
+                                              is_causal=causal)

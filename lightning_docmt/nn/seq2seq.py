@@ -1,9 +1,12 @@
 """The model interface every architecture implements; decoding and scoring use nothing else.
 
     encode(batch) -> EncoderState                    run once per sentence (context encodings included)
-    decode(tgt_in (B, T), state) -> logits (B, T, V)  teacher-forced pass with a causal mask
+    decode_hidden(tgt_in (B, T), state) -> (B, T, D)  teacher-forced pass with a causal mask
+    output: nn.Linear (D -> V, no bias)               logits = output(hidden); the training loss
+                                                      is fused with it (`output_loss.py`)
     init_cache(state) -> DecoderCache                 cross-attention keys/values projected here, once
     decode_step(tokens (B, 1), state, cache) -> logits (B, V)   appends to the cache in place
+    decode(tgt_in, state) = output(decode_hidden(tgt_in, state)) -> logits (B, T, V)
     forward(batch) = decode(batch["tgt_in"], encode(batch))
 
 `EncoderState` and `DecoderCache` are dataclasses; architectures subclass them to add fields
@@ -89,13 +92,19 @@ class IncrementalSeq2Seq(Protocol):
 
 
 class Seq2SeqModel(nn.Module):
-    """Base class of every architecture: subclasses implement the four methods below."""
+    """Base class of every architecture: subclasses set `output` and implement the four methods below."""
+
+    output: nn.Linear  # the bias-free output projection D -> V
 
     def encode(self, batch: dict[str, Tensor]) -> EncoderState:
         raise NotImplementedError
 
-    def decode(self, tgt_in: Tensor, state: EncoderState) -> Tensor:
+    def decode_hidden(self, tgt_in: Tensor, state: EncoderState) -> Tensor:
         raise NotImplementedError
+
+    def decode(self, tgt_in: Tensor, state: EncoderState) -> Tensor:
+        """Teacher-forced logits (B, T, V)."""
+        return self.output(self.decode_hidden(tgt_in, state))
 
     def init_cache(self, state: EncoderState) -> DecoderCache:
         raise NotImplementedError

@@ -1,0 +1,96 @@
+"""The training loss fused with the output projection: no (tokens, V) tensor is ever held whole.
+
+`output_label_smoothed_nll(hidden, weight, target, eps, pad_id)` equals
+`label_smoothed_nll(hidden @ weight.T, target, eps, pad_id)` (`losses.py`), value and gradients, but
+works through the target tokens in chunks of about `CHUNK_ELEMENTS / V` rows and computes the
+gradients during the forward pass, from the closed form of the label-smoothed loss's derivative:
+
+    d loss_t / d z_v = p_v - q_v,   q_y = 1 - eps,   q_v = eps / (V - 1) for v != y
+
+(z: the logits of token t, p = softmax(z), y: its reference token). Backward then only scales the
+stored gradients by the incoming scalar gradient.
+
+Why: on a CPU the unfused loss spends more time than the output matmul itself. Each step allocates
+several fresh (tokens, V) float32 tensors (logits cast, log-softmax, the scatter and add of its
+gradient), each larger than glibc's 32 MB mmap threshold, so every one is faulted in page by page
+and returned to the kernel when freed. A chunk of `CHUNK_ELEMENTS` float32 values (8 MB) is reused
+from the heap instead, and the fused gradient needs one pass over it, not five. Measured on the
+`cpu` profile (d_model 192, V 8,000, ~2,100 target tokens per batch): see `benchmarks/output_loss.py`.
+
+Mixed precision: under autocast the matmuls run in the autocast dtype (as `nn.Linear` would), the
+softmax and the loss in float32, and the weight gradient is accumulated over chunks in float32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+CHUNK_ELEMENTS = 1 << 21  # float32 logits per chunk: 8 MB, under glibc's largest mmap threshold
+
+
+def output_label_smoothed_nll(hidden: Tensor, weight: Tensor, target: Tensor, eps: float,
+                              pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+    """hidden (B, T, D), output weight (V, D), target (B, T) -> (smoothed loss sum, nll sum, tokens).
+
+    Only the smoothed loss carries a gradient; the NLL sum is for logging.
+    """
+    mask = target.ne(pad_id)  # (B, T)
+    tokens = hidden[mask]  # (N, D): padding positions contribute nothing, so they are not computed
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        compute_dtype = torch.get_autocast_dtype(device_type)
+    else:
+        compute_dtype = torch.promote_types(hidden.dtype, weight.dtype)
+    loss, nll = _FusedOutputLoss.apply(tokens, weight, target[mask], eps, compute_dtype)
+    return loss, nll, mask.sum()
+
+
+class _FusedOutputLoss(torch.autograd.Function):
+    """(N, D) hidden states, (V, D) weight, (N,) targets -> (loss sum, nll sum), float32 scalars."""
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, eps: float,
+                compute_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        vocab = weight.size(0)
+        smooth = eps / (vocab - 1)
+        want_hidden_grad, want_weight_grad = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        chunk = max(1, CHUNK_ELEMENTS // vocab)
+        with torch.autocast(hidden.device.type, enabled=False), torch.no_grad():
+            h_all = hidden.to(compute_dtype)
+            w = weight.to(compute_dtype)
+            loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
+            nll = torch.zeros((), dtype=torch.float32, device=hidden.device)
+            grad_hidden = torch.empty_like(hidden) if want_hidden_grad else None
+            grad_weight = (torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+                           if want_weight_grad else None)
+            for start in range(0, h_all.size(0), chunk):
+                h = h_all[start:start + chunk]  # (n, D)
+                y = target[start:start + chunk, None]  # (n, 1)
+                logits = (h @ w.t()).float()  # (n, V)
+                log_norm = torch.logsumexp(logits, dim=-1, keepdim=True)  # (n, 1)
+                token_nll = log_norm - logits.gather(1, y)  # (n, 1)
+                # -sum_{v != y} log p_v = V * log_norm - sum_v z_v - nll
+                others = vocab * log_norm - logits.sum(-1, keepdim=True) - token_nll
+                loss += ((1.0 - eps) * token_nll + smooth * others).sum()
+                nll += token_nll.sum()
+                if grad_hidden is None and grad_weight is None:
+                    continue
+                grad_logits = logits.sub_(log_norm).exp_().sub_(smooth)  # p - smooth, in place
+                grad_logits.scatter_add_(1, y, torch.full_like(token_nll, smooth - (1.0 - eps)))
+                grad_logits = grad_logits.to(compute_dtype)
+                if grad_hidden is not None:
+                    grad_hidden[start:start + chunk] = grad_logits @ w
+                if grad_weight is not None:
+                    grad_weight += (grad_logits.t() @ h).float()
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        grad_h = grad_hidden * grad_loss.to(grad_hidden.dtype) if grad_hidden is not None else None
+        grad_w = (grad_weight * grad_loss).to(ctx.weight_dtype) if grad_weight is not None else None
+        return grad_h, grad_w, None, None, None

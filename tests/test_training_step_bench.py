@@ -1,0 +1,60 @@
+"""`benchmarks/training_step.py` at tiny sizes: every variant is timed, and its baseline is the same loss."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from lightning_docmt.config import compose
+from lightning_docmt.data.datamodule import DocumentWindowDataModule
+from lightning_docmt.train import build_module
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "training_step.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("training_step", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_times_every_variant(tmp_path, capsys):
+    bench = load_script()
+    out = tmp_path / "report.json"
+    report = bench.main(["--profile", "tiny", "--corpus", "synthetic:tiny", "--repeats", "2",
+                         "--batches", "2", "--decode-sentences", "4", "--threads", "1",
+                         "--json", str(out), f"data.cache_dir={tmp_path / 'cache'}"])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    assert report["config"]["d_model"] == 32 and report["config"]["decode_sentences"] >= 4
+    steps = report["train_step"]
+    assert list(steps) == [name for name, _, _ in bench.VARIANTS]
+    for row in steps.values():
+        assert row["cpu_s"] > 0 and row["wall_s"] > 0
+    base = steps[bench.VARIANTS[0][0]]
+    assert base["speedup_cpu"] == 1.0
+    for row in steps.values():
+        assert row["speedup_cpu"] == base["cpu_s"] / row["cpu_s"]
+    assert report["beam_search"]["flash"]["ratio_to_flash"] == 1.0
+    assert report["beam_search"]["math"]["sents_per_cpu_s"] > 0
+    printed = capsys.readouterr().out
+    assert "fused loss + math attention (default)" in printed and "ratio to flash" in printed
+
+
+def test_the_baseline_loss_is_the_training_loss(tmp_path):
+    bench = load_script()
+    cfg = compose(None, ["data.corpus=synthetic:tiny", "model.arch=transformer",
+                         f"data.cache_dir={tmp_path}"], profile="tiny")
+    datamodule = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context, seed=1)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    batch = next(iter(datamodule.train_dataloader()))
+    module = build_module(cfg, datamodule).eval()
+    fused, unfused = module.loss_terms(batch), bench.unfused_loss_terms(module, batch)
+    for a, b in zip(fused, unfused):
+        assert torch.allclose(a.float(), b.float(), rtol=1e-5)
