@@ -16,8 +16,8 @@ Merge order, later layers win:
 
 The schema is a structured config: an unknown key or a wrong type fails while merging, and the
 DocMTInputError names the key path, the file and line or the override it came from, and the closest
-valid names. `trainer` (kwargs of `lightning.pytorch.Trainer`) and each stage's `data` are free
-mappings; stage `data` keys are checked against `DataConfig` after merging.
+valid names. `trainer` (kwargs of `lightning.pytorch.Trainer`) and each stage's `data` and `optim` are free
+mappings; stage `data` and `optim` keys are checked against `DataConfig` and `OptimConfig` after merging.
 
 `save_config` writes the resolved config of a run, marked `docmt_resolved: true`. Composing a marked
 file skips layers 2-4: it is already complete, and re-applying presets that changed since could alter
@@ -41,7 +41,8 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.registry import find_arch, unknown_arch_message
-from lightning_docmt.schema import DataConfig, RunConfig
+from lightning_docmt.schema import DataConfig, OptimConfig, RunConfig
+from lightning_docmt.schedules import SCHEDULES
 from lightning_docmt.yaml_file import YamlFile
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -301,13 +302,25 @@ def _validate(cfg: DictConfig) -> None:
             hint = f"did you mean '{close[0]}'?" if close else f"defined: {', '.join(stages)}"
             raise DocMTInputError(f"stage '{name}' is not defined in train.stages; {hint}",
                                   key="train.schedule")
-    data_keys = [f.name for f in dataclasses.fields(DataConfig)]
+    _check_schedule(cfg.train.optim.schedule, "train.optim.schedule")
     for name, stage in stages.items():
-        for key in stage.data:
-            if key not in data_keys:
-                close = difflib.get_close_matches(str(key), data_keys, n=3)
-                hint = f"; did you mean {' or '.join(close)}?" if close else ""
-                raise DocMTInputError(f"not a data.* key{hint}",
-                                      key=f"train.stages.{name}.data.{key}")
+        for section, config_class in (("data", DataConfig), ("optim", OptimConfig)):
+            known = [f.name for f in dataclasses.fields(config_class)]
+            for key in stage[section]:
+                if key not in known:
+                    close = difflib.get_close_matches(str(key), known, n=3)
+                    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+                    owner = "data" if section == "data" else "train.optim"
+                    raise DocMTInputError(f"not a {owner}.* key{hint}",
+                                          key=f"train.stages.{name}.{section}.{key}")
+        if "schedule" in stage.optim:
+            _check_schedule(stage.optim.schedule, f"train.stages.{name}.optim.schedule")
         if stage.arch is not None and find_arch(stage.arch) is None:
             raise DocMTInputError(unknown_arch_message(stage.arch), key=f"train.stages.{name}.arch")
+
+
+def _check_schedule(name: Any, key: str) -> None:
+    if name not in SCHEDULES:
+        close = difflib.get_close_matches(str(name), SCHEDULES, n=1)
+        hint = f"did you mean {close[0]}?" if close else f"expected one of {', '.join(SCHEDULES)}"
+        raise DocMTInputError(f"unknown lr schedule '{name}'; {hint}", key=key)

@@ -115,7 +115,8 @@ class DocMTModule(pl.LightningModule):
         """The LambdaLR multiplier of a group trained at `lr` on the stage's schedule."""
         optim_cfg = self.cfg.train.optim
         return lr_lambda(schedule=optim_cfg.schedule, lr=lr, warmup=optim_cfg.warmup_steps,
-                         d_model=self.cfg.model.d_model, step_offset=self.step_offset)
+                         d_model=self.cfg.model.d_model, step_offset=self.step_offset,
+                         stage_steps=self.trainer.max_steps)
 
     def configure_optimizers(self):
         """Adam over the trainable parameters only, with one LambdaLR multiplier per group.

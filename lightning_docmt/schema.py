@@ -83,7 +83,7 @@ class OptimConfig:
     """Adam + warmup schedule (DESIGN.md section 7)."""
 
     lr: float = 1.0  # inverse_sqrt: multiplier of d_model^-0.5 * min(t^-0.5, t*w^-1.5); else peak lr
-    schedule: str = "inverse_sqrt"  # inverse_sqrt | linear_warmup_inverse_sqrt | constant
+    schedule: str = "inverse_sqrt"  # inverse_sqrt | linear_warmup_inverse_sqrt | linear_warmup_linear_decay | constant
     warmup_steps: int = 4000
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     eps: float = 1e-9
@@ -115,6 +115,7 @@ class StageConfig:
 
     arch: Optional[str] = None  # None: model.arch; e.g. stage 1 of Zhang's two-step is a transformer
     data: dict[str, Any] = field(default_factory=dict)  # overrides of `data.*` for this stage
+    optim: dict[str, Any] = field(default_factory=dict)  # overrides of `train.optim.*` for this stage
     trainable: list[str] = field(default_factory=lambda: ["*"])  # parameter-name globs; the rest is frozen
     unfreeze: list[UnfreezeConfig] = field(default_factory=list)  # later unfreezing milestones
     init_from: Optional[str] = None  # a previous stage name or a checkpoint path

@@ -59,7 +59,7 @@ class StageResult:
 
 
 def stage_config(cfg: DictConfig, name: str) -> DictConfig:
-    """The run config as seen by one stage: the stage's `data` overrides and `arch` applied.
+    """The run config as seen by one stage: the stage's `data` and `optim` overrides and `arch` applied.
 
     A stage with another architecture (stage 1 of Zhang's two-step is a `transformer`) keeps the
     run's shared sizes and drops the options its own config class does not have. An architecture
@@ -69,6 +69,7 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     stage = cfg.train.stages[name]
     container = OmegaConf.to_container(cfg, resolve=True)
     container["data"].update(OmegaConf.to_container(stage.data, resolve=True))
+    container["train"]["optim"].update(OmegaConf.to_container(stage.optim, resolve=True))
     arch = stage.arch or cfg.model.arch
     entry = get_arch(arch)
     config_class = entry.config_class

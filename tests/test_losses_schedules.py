@@ -56,6 +56,40 @@ def test_linear_warmup_schedule_and_offset():
     assert g(99) == approx(f(399))
 
 
+def test_linear_decay_schedule_reaches_zero_at_the_last_update():
+    f = lr_lambda(schedule="linear_warmup_linear_decay", lr=2e-3, warmup=100, d_model=512,
+                  stage_steps=1100)
+    assert f(0) == approx(2e-3 / 100)
+    assert f(99) == approx(2e-3)  # update 100: the peak
+    assert f(599) == approx(1e-3)  # update 600: half way from the peak to update 1100
+    assert f(1099) == 0.0 and f(1500) == 0.0
+    # continued from update 1000 of an earlier stage, for 100 more: T = 1100 as above
+    g = lr_lambda(schedule="linear_warmup_linear_decay", lr=2e-3, warmup=100, d_model=512,
+                  step_offset=1000, stage_steps=100)
+    assert g(49) == approx(f(1049))
+
+
+@pytest.mark.parametrize("stage_steps", [None, -1, 50, 100])
+def test_linear_decay_needs_a_length_beyond_its_warmup(stage_steps):
+    with pytest.raises(ValueError, match="needs a training length"):
+        lr_lambda(schedule="linear_warmup_linear_decay", lr=1.0, warmup=100, d_model=8,
+                  stage_steps=stage_steps)
+
+
 def test_unknown_schedule_rejected():
     with pytest.raises(ValueError, match="unknown lr schedule"):
         lr_lambda(schedule="cosine", lr=1.0, warmup=1, d_model=8)
+
+
+def test_a_stage_trains_on_its_own_optim_overrides_and_decays_to_zero(tmp_path):
+    from tests.stage_fits import StepRecorder, fit_stage, tiny_config
+
+    cfg = tiny_config(tmp_path, "train.stages.main.optim={schedule: linear_warmup_linear_decay, "
+                                "lr: 0.002, warmup_steps: 4}", "train.max_steps=10")
+    assert cfg.train.optim.schedule == "linear_warmup_inverse_sqrt"  # the run's own stays as it was
+    recorder = StepRecorder()
+    fit_stage(cfg, "main", tmp_path / "main", callbacks=[recorder])
+    lrs = [recorder.steps[step]["groups"][0][1] for step in sorted(recorder.steps)]
+    expected = [lr_at(t, schedule="linear_warmup_linear_decay", lr=0.002, warmup=4, d_model=32,
+                      total_steps=10) for t in range(1, 11)]
+    assert lrs == pytest.approx(expected) and expected[3] == approx(0.002) and expected[-1] == 0.0
