@@ -13,7 +13,7 @@ with each attention kernel. It prints CPU seconds per step (the process's CPU ti
 machine disturbs less than wall time), wall seconds, and the ratios to the old implementation.
 
     python benchmarks/training_step.py [--profile cpu] [--corpus bible:en-fr] [--repeats 3] \
-        [--batches 8] [--decode-sentences 64] [--threads N] [--json out.json] [key=value ...]
+        [--train-batches 8] [--decode-sentences 64] [--threads N] [--json out.json] [key=value ...]
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def measure(args: argparse.Namespace) -> dict:
     datamodule.prepare_data()
     datamodule.setup("fit")
     loader = iter(datamodule.train_dataloader())
-    batches = [next(loader) for _ in range(args.batches + 1)]
+    batches = [next(loader) for _ in range(args.train_batches + 1)]
     datamodule.setup("test")
     decode_batches, sentences = [], 0
     for batch in datamodule.test_dataloader():
@@ -112,7 +112,7 @@ def measure(args: argparse.Namespace) -> dict:
         for name, fused, kernel in order:
             attention.CPU_ATTENTION_BACKENDS = KERNELS[kernel]
             cpu, wall = timed(lambda: train_all(fused))
-            steps[name].append((cpu / args.batches, wall / args.batches))
+            steps[name].append((cpu / args.train_batches, wall / args.train_batches))
         module.eval()
         for kernel in (KERNELS if repeat % 2 == 0 else list(KERNELS)[::-1]):
             attention.CPU_ATTENTION_BACKENDS = KERNELS[kernel]
@@ -120,7 +120,7 @@ def measure(args: argparse.Namespace) -> dict:
             decodes[kernel].append((sentences / cpu, sentences / wall))
         module.train()
     attention.CPU_ATTENTION_BACKENDS = KERNELS["math"]
-    tokens = sum(int(b["tgt_out"].ne(PAD_ID).sum()) for b in batches[1:]) / args.batches
+    tokens = sum(int(b["tgt_out"].ne(PAD_ID).sum()) for b in batches[1:]) / args.train_batches
 
     def median(pairs, i):
         return statistics.median(p[i] for p in pairs)
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--corpus", default="bible:en-fr")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--train-batches", type=int, default=8)
     parser.add_argument("--decode-sentences", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's default)")
     parser.add_argument("--seed", type=int, default=1)

@@ -18,6 +18,16 @@ sentence Transformer is one stage (`sent`) shared by every run through stage reu
 Measured with seeds 1 / 2 (contrastive accuracy): sentence Transformer 51.7 / 51.0%, concat
 98.2 / 98.6%, Zhang two-step 78.7 / 80.9% (pronouns 95-100%, sense 49 / 52%), context-off control
 50.9 / 50.6%; about 110 s of one CPU core for the whole file.
+
+Why Zhang's two-step stays at chance on the sense items (seed 1, contrastive accuracy / sense):
+the ambiguous verb's two target senses are different words for each of the 8 verbs, so the topic
+must change a verb-specific output, while theta_d can only add to the frozen sentence model's
+states a vector read from the context, which is the same for every verb (the context-attention
+values depend on the context alone). Pronouns need one direction (il vs elle) and are learnt.
+Measured: gating replaced by the residual (Table 9's switch) 80.4% / 50.6%; theta_s unfrozen
+at step 1,000 of 2,000 at lr 1e-3 (a `StagedUnfreezing` milestone) 79.5% / 49.4%; 2+2 layers
+49.8% / 48.5% (nothing learnt in 1,500 steps); zhang_doc trained jointly from scratch (3,000
+steps, Table 7's `doc_only`) 69.7% with sense 100% but every pronoun distance at chance.
 """
 
 from __future__ import annotations

@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import torch
 
 from lightning_docmt.config import compose
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.train import build_module
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "training_step.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("training_step", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
+from tests.benchmark_scripts import load_benchmark, run_tiny
 
 def test_benchmark_times_every_variant(tmp_path, capsys):
-    bench = load_script()
-    out = tmp_path / "report.json"
-    report = bench.main(["--profile", "tiny", "--corpus", "synthetic:tiny", "--repeats", "2",
-                         "--batches", "2", "--decode-sentences", "4", "--threads", "1",
-                         "--json", str(out), f"data.cache_dir={tmp_path / 'cache'}"])
-    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    bench, report = run_tiny("training_step", tmp_path)
     assert report["config"]["d_model"] == 32 and report["config"]["decode_sentences"] >= 4
     steps = report["train_step"]
     assert list(steps) == [name for name, _, _ in bench.VARIANTS]
@@ -47,7 +29,7 @@ def test_benchmark_times_every_variant(tmp_path, capsys):
 
 
 def test_the_baseline_loss_is_the_training_loss(tmp_path):
-    bench = load_script()
+    bench = load_benchmark("training_step")
     cfg = compose(None, ["data.corpus=synthetic:tiny", "model.arch=transformer",
                          f"data.cache_dir={tmp_path}"], profile="tiny")
     datamodule = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context, seed=1)

@@ -3,10 +3,8 @@ benchmark selection."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,25 +15,10 @@ from lightning_docmt.data.batch import EOS_ID
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.decoding import beam_search, max_target_lengths
 from lightning_docmt.train import build_module
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "zhang_efficiency.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("zhang_efficiency", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
+from tests.benchmark_scripts import load_benchmark, run_tiny
 
 def test_benchmark_measures_both_models_on_the_same_batches(tmp_path, capsys):
-    bench = load_script()
-    out = tmp_path / "report.json"
-    report = bench.main(["--profile", "tiny", "--corpus", "synthetic:tiny", "--repeats", "2",
-                         "--train-batches", "2", "--decode-sentences", "4", "--threads", "1",
-                         "--json", str(out), f"data.cache_dir={tmp_path / 'cache'}"])
-    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    bench, report = run_tiny("zhang_efficiency", tmp_path)
     setup = report["setup"]
     assert setup["d_model"] == 32 and setup["train_batches"] == 2 and setup["decode_sentences"] >= 4
     for arch in ("transformer", "zhang_doc"):
@@ -61,7 +44,7 @@ def test_benchmark_measures_both_models_on_the_same_batches(tmp_path, capsys):
 
 
 def test_bad_benchmark_arguments_are_rejected():
-    bench = load_script()
+    bench = load_benchmark("zhang_efficiency")
     with pytest.raises(SystemExit):
         bench.parse_args(["--repeats", "0"])
 
@@ -116,7 +99,7 @@ class EosEager:
 
 
 def test_full_length_decoding_runs_every_hypothesis_to_the_maximum_length(tmp_path):
-    bench = load_script()
+    bench = load_benchmark("zhang_efficiency")
     cfg = bench.compose_pair("tiny", "synthetic:tiny", [f"data.cache_dir={tmp_path}"])["zhang_doc"]
     dm = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context, seed=1)
     dm.prepare_data()
