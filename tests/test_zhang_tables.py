@@ -240,7 +240,9 @@ def test_demo_zhang_row_fine_tunes_theta_d_from_the_shared_transformer():
     zhang, concat = cfgs["zhang_doc"], cfgs["concat"]
     assert list(zhang.train.stages.doc.trainable) == THETA_D_GLOBS
     assert zhang.train.stages.doc.init_from == "sent"
-    assert zhang.train.stages.doc.max_steps == concat.train.stages.doc.max_steps
+    assert concat.train.stages.doc.init_from == "sent"
+    # concat relearns its input format with every parameter: it fine-tunes at least as long
+    assert 0 < zhang.train.stages.doc.max_steps <= concat.train.stages.doc.max_steps
     assert zhang.context.prev_sentences == concat.context.prev_sentences
     keys = {stage_key(stage_config(cfg, "sent"), "sent", "") for cfg in cfgs.values()}
     assert len(keys) == 1  # one Transformer for every demo row
