@@ -304,13 +304,13 @@ def _validate(cfg: DictConfig) -> None:
                                   key="train.schedule")
     _check_schedule(cfg.train.optim.schedule, "train.optim.schedule")
     for name, stage in stages.items():
-        for section, config_class in (("data", DataConfig), ("optim", OptimConfig)):
+        for section, owner, config_class in (("data", "data", DataConfig),
+                                             ("optim", "train.optim", OptimConfig)):
             known = [f.name for f in dataclasses.fields(config_class)]
             for key in stage[section]:
                 if key not in known:
                     close = difflib.get_close_matches(str(key), known, n=3)
                     hint = f"; did you mean {' or '.join(close)}?" if close else ""
-                    owner = "data" if section == "data" else "train.optim"
                     raise DocMTInputError(f"not a {owner}.* key{hint}",
                                           key=f"train.stages.{name}.{section}.{key}")
         if "schedule" in stage.optim:

@@ -15,7 +15,7 @@ several fresh (tokens, V) float32 tensors (logits cast, log-softmax, the scatter
 gradient), each larger than glibc's 32 MB mmap threshold, so every one is faulted in page by page
 and returned to the kernel when freed. A chunk of `CHUNK_ELEMENTS` float32 values (8 MB) is reused
 from the heap instead, and the fused gradient needs one pass over it, not five. Measured on the
-`cpu` profile (d_model 192, V 8,000, ~2,100 target tokens per batch): see `benchmarks/output_loss.py`.
+`cpu` profile (d_model 192, V 8,000, ~2,100 target tokens per batch): see `benchmarks/training_step.py`.
 
 Mixed precision: under autocast the matmuls run in the autocast dtype (as `nn.Linear` would), the
 softmax and the loss in float32, and the weight gradient is accumulated over chunks in float32.

@@ -6,14 +6,14 @@
   lr(t) = peak * t / warmup for t < warmup, then peak * sqrt(warmup / t)
 - `linear_warmup_linear_decay` (fairseq's `polynomial_decay` with power 1 and end lr 0; NOT IN ANY
   SEED PAPER): lr(t) = peak * t / warmup for t < warmup, then peak * (T - t) / (T - warmup), down to 0
-  at the last update T. For a run of fixed length it ends better than the inverse square root, which
-  still trains at ~half its peak at the end (the `cpu` profile uses it; see its comments).
+  at the last update T. The inverse square root still trains at about half its peak when a short
+  run ends; the `cpu` profile's comments compare the two (its test BLEU favoured the inverse sqrt).
 - `constant`: lr(t) = lr
 
 t counts optimizer updates from 1. `step_offset` continues a schedule from an earlier stage (Zhang's
-step 2 starts at the last step of step 1, reading Z9 in ablations.md). T (`total_steps`) is the last
-update of the stage, offset included: a stage that continues a decayed schedule decays over its own
-updates from where the line through T meets its first step.
+step 2 starts at the last step of step 1, reading Z9 in ablations.md). T (`total_steps`) is the
+offset plus the stage's own updates, so a stage that continues a decaying schedule decays to 0 at its
+own last update, from the value the line from the peak at `warmup` to 0 at T has at its first update.
 """
 
 from __future__ import annotations
@@ -47,10 +47,8 @@ def lr_at(step: int, *, schedule: str, lr: float, warmup: int, d_model: int,
 def lr_lambda(*, schedule: str, lr: float, warmup: int, d_model: int, step_offset: int = 0,
               stage_steps: int | None = None) -> Callable[[int], float]:
     """A LambdaLR multiplier (the optimizer's base lr is set to 1.0); `stage_steps`: the stage's length."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown lr schedule '{schedule}' (expected one of {SCHEDULES})")
     total = step_offset + stage_steps if stage_steps is not None and stage_steps > 0 else None
     lr_at(1 + step_offset, schedule=schedule, lr=lr, warmup=warmup, d_model=d_model,
-          total_steps=total)  # fail now, not at the first update, on a length the schedule cannot use
+          total_steps=total)  # fail now, not at the first update: an unknown schedule or unusable length
     return lambda done: lr_at(done + 1 + step_offset, schedule=schedule, lr=lr, warmup=warmup,
                               d_model=d_model, total_steps=total)

@@ -20,6 +20,7 @@ per-matrix reading of tensor2tensor/THUMT's fan-average uniform initialiser); bi
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Optional
 
@@ -148,9 +149,7 @@ class MultiHeadAttention(nn.Module):
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],
                                  dropout: float, causal: bool) -> Tensor:
     """`F.scaled_dot_product_attention` over (B, H, L, d_k) tensors, with the math kernel on a CPU."""
-    if query.device.type != "cpu":
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
-                                              is_causal=causal)
-    with sdpa_kernel(CPU_ATTENTION_BACKENDS):
+    kernels = sdpa_kernel(CPU_ATTENTION_BACKENDS) if query.device.type == "cpu" else nullcontext()
+    with kernels:
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
                                               is_causal=causal)
