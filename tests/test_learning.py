@@ -4,30 +4,41 @@
 Every run goes through the public API (`config.compose` + `train.fit_run`) and is scored by its own
 `metrics.json`: `eval.contrastive: [corpus]` evaluates the synthetic test split's contrastive suite.
 
+Corpus: `synthetic:tiny?docs=2000&test_docs=200&local_cues=70` (~24,000 training sentence pairs;
+70% of the sense sentences carry their own topic cue and are not items, see `data/synthetic.py`).
+
+Why local cues. Zhang's step 2 trains theta_d alone on top of a frozen theta_s, so the context can
+only act through computations theta_s already has. Pronouns have an in-sentence analogue in every
+corpus (the article le|la agrees with the noun), so theta_s already maps a noun's gender to a target
+choice and theta_d has only to bring the antecedent in. Without local cues nothing in any sentence
+tells theta_s which cue selects which sense of the 8 ambiguous verbs, and step 2 left the sense
+items at chance: seed 1, default corpus, 1,500 theta_d steps: 78.7% overall (pronouns 95-100%,
+sense 49%); residual instead of the gate 80.4% / sense 50.6%; theta_s unfrozen at step 1,000 of
+2,000 (a `StagedUnfreezing` milestone) 79.5% / 49.4%. With local cues the frozen Transformer learns
+the cue -> sense rule inside the sentence (measured on a suite of the test sense items with their
+cue moved into the sentence: 68.5% and 100% in two runs whose step 2 then resolved every sense
+item, 49.8% and 48.5% in two whose sense items stayed at chance: `local_cues=30` seed 1 and
+`local_cues=50` seed 2). 70% made it reliable; real text, too, disambiguates most words within
+their own sentence.
+
 Context-free ceiling. A sentence-level model sees nothing of the antecedent or the topic, so its
 choices are a function of the source sentence, which is independent of the labels: its accuracy on
 n items is a binomial proportion around the documented rate (`expected_context_free_accuracy`, 50%
 for every phenomenon here) with standard deviation 0.5 / sqrt(n). With `test_docs=200` the suite has
-623 items (sd 2.0 points); `TOLERANCE` is 4 sd (8 points), a false alarm rate of about 1e-4.
+451 items (sd 2.4 points); the tolerance is 4 sd (9.4 points), a false alarm rate of about 1e-4.
 
-Settings (the cheapest found to pass with margin):
-word vocabulary (a 500-piece BPE splits every made-up word into ~3 pieces, which tripled the
-sequences and delayed learning by thousands of steps), d_model 64 / 4 heads / FFN 256, one layer
-each side, lr 3e-3 with 300 warmup steps, greedy test decoding, one validation at the end. The
-sentence Transformer is one stage (`sent`) shared by every run through stage reuse (one cache).
-Measured with seeds 1 / 2 (contrastive accuracy): sentence Transformer 51.7 / 51.0%, concat
-98.2 / 98.6%, Zhang two-step 78.7 / 80.9% (pronouns 95-100%, sense 49 / 52%), context-off control
-50.9 / 50.6%; about 110 s of one CPU core for the whole file.
+Settings (the cheapest found to pass with margin): word vocabulary (a 500-piece BPE splits every
+made-up word into ~3 pieces, which tripled the sequences and delayed learning by thousands of
+steps), d_model 64 / 4 heads / FFN 256, one layer each side, lr 3e-3 with 300 warmup steps, greedy
+test decoding, one validation at the end. The sentence Transformer is one stage (`sent`) shared by
+every run through stage reuse (one cache). Zhang's step 2 continues the lr schedule (reading Z9).
 
-Why Zhang's two-step stays at chance on the sense items (seed 1, contrastive accuracy / sense):
-the ambiguous verb's two target senses are different words for each of the 8 verbs, so the topic
-must change a verb-specific output, while theta_d can only add to the frozen sentence model's
-states a vector read from the context, which is the same for every verb (the context-attention
-values depend on the context alone). Pronouns need one direction (il vs elle) and are learnt.
-Measured: gating replaced by the residual (Table 9's switch) 80.4% / 50.6%; theta_s unfrozen
-at step 1,000 of 2,000 at lr 1e-3 (a `StagedUnfreezing` milestone) 79.5% / 49.4%; 2+2 layers
-49.8% / 48.5% (nothing learnt in 1,500 steps); zhang_doc trained jointly from scratch (3,000
-steps, Table 7's `doc_only`) 69.7% with sense 100% but every pronoun distance at chance.
+Measured, contrastive accuracy of Zhang two-step, seeds 1 / 2 / 3 / 4 / 5 / 6: with 1,500 theta_d
+steps 100 / 99.1 / 98.9 / 55.2 / - / - % (seed 4 learnt the sense items but no pronoun, and
+restarting the lr schedule instead of continuing it did not help: 65.4%); with 3,000 steps, which
+the test uses, 100 / 100 / - / 99.8 / 100 / 100 %. The frozen sentence Transformer: 54.8 / 47.5 /
+54.1 / 54.1 / 55.0 / 54.5 %; the concatenation model 99.3 / 100 %; the context-off control 45.7 /
+45.5 % (seeds 1 / 2). The whole file: about 200 s of one CPU core.
 """
 
 from __future__ import annotations
@@ -49,11 +60,11 @@ from tests.run_env import single_process_run_env
 
 pytestmark = pytest.mark.slow
 
-NAME = "tiny?test_docs=200"
+NAME = "tiny?docs=2000&test_docs=200&local_cues=70"
 SEED = int(os.environ.get("DOCMT_LEARNING_SEED", "1"))  # other seeds: a manual robustness check
 SENT_STEPS = 1500  # the shared sentence Transformer
 CONCAT_STEPS = 3000
-DOC_STEPS = 1500  # Zhang's step 2 (theta_d), and the control's
+DOC_STEPS = 3000  # Zhang's step 2 (theta_d), and the control's
 SETTINGS = [
     f"data.corpus=synthetic:{NAME}", "vocab.type=word", "model.d_model=64", "model.heads=4",
     "model.ffn_dim=256", "train.optim.warmup_steps=300", f"train.max_steps={SENT_STEPS}",
@@ -61,7 +72,6 @@ SETTINGS = [
     "eval.contrastive=[corpus]", f"train.seed={SEED}",
 ]
 SENT_STAGE = "sent: {arch: transformer}"
-TOLERANCE = 4 * 0.5 / math.sqrt(623)
 
 
 @pytest.fixture(scope="module")
@@ -88,16 +98,16 @@ def ceiling() -> dict[str, float]:
     """The context-free rate of the suite (documented, weighted by phenomenon), and the empirical
     one (the majority rule learned on a large train split's suite, applied to the test suite)."""
     suite = synthetic.contrastive_suite(NAME)
-    assert len(suite) == 623  # TOLERANCE is computed for this size
     rates = synthetic.expected_context_free_accuracy(NAME)
     expected = sum(rates[e["phenomenon"]] for e in suite) / len(suite)
-    reference = synthetic.contrastive_suite("tiny?docs=2000", split="train")
-    return {"expected": expected, "empirical": context_free_ceiling(suite, reference)["overall"]}
+    reference = synthetic.contrastive_suite(NAME, split="train")
+    return {"expected": expected, "empirical": context_free_ceiling(suite, reference)["overall"],
+            "tolerance": 4 * 0.5 / math.sqrt(len(suite))}
 
 
 def assert_at_ceiling(accuracy: float, ceiling: dict[str, float]) -> None:
-    low, high = sorted(ceiling.values())
-    assert low - TOLERANCE <= accuracy <= high + TOLERANCE, (accuracy, ceiling)
+    low, high = sorted([ceiling["expected"], ceiling["empirical"]])
+    assert low - ceiling["tolerance"] <= accuracy <= high + ceiling["tolerance"], (accuracy, ceiling)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +128,7 @@ def test_sentence_transformer_stays_at_the_ceiling_and_concat_beats_it(workspace
     concat = fit(workspace, "concat", "model: {arch: concat}\ncontext: {prev_sentences: 3}\n",
                  f"train.max_steps={CONCAT_STEPS}")
     accuracy = concat["metrics"]["contrastive/accuracy"]
-    assert accuracy >= 0.9 and accuracy >= max(ceiling.values()) + 0.25
+    assert accuracy >= 0.9 and accuracy >= max(ceiling["expected"], ceiling["empirical"]) + 0.25
     for phenomenon in synthetic.expected_context_free_accuracy(NAME):
         assert concat["metrics"][f"contrastive/{phenomenon}"] >= 0.75, phenomenon
 
@@ -129,12 +139,11 @@ def test_zhang_two_step_learns_from_context_while_its_frozen_stage_one_cannot(
     assert run["stages"]["sent"]["reused"] is True  # the sentence run's Transformer, frozen
     assert run["stages"]["sent"]["key"] == sentence["stages"]["sent"]["key"]
     metrics = run["metrics"]
-    # Measured (see the module docstring): step 2 resolves every pronoun distance (97-100%), but
-    # the word-sense items stay near chance (49-61% after up to 5,000 steps of theta_d), so the
-    # overall accuracy is ~80%, not the 90% of the concatenation model.
-    for distance in (1, 2, 3):
-        assert metrics[f"contrastive/pronoun_d{distance}"] >= 0.9
-    assert metrics["contrastive/accuracy"] >= max(ceiling.values()) + 0.25
+    assert metrics["contrastive/accuracy"] >= 0.9
+    assert metrics["contrastive/accuracy"] >= max(ceiling["expected"], ceiling["empirical"]) + 0.25
+    for phenomenon in synthetic.expected_context_free_accuracy(NAME):
+        assert metrics[f"contrastive/{phenomenon}"] >= 0.75, phenomenon
+    assert_at_ceiling(sentence["metrics"]["contrastive/accuracy"], ceiling)  # its frozen stage 1
 
 
 def test_zhang_without_context_attention_stays_at_the_ceiling(workspace, sentence, ceiling):

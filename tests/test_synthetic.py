@@ -65,6 +65,7 @@ def test_sentences_option_sets_the_train_size():
     ("tiny?min_len=3", "min_len"),
     ("tiny?min_len=12&max_len=10", "min_len"),
     ("tiny?docs=5&sentences=100", "either docs or sentences"),
+    ("tiny?local_cues=101", "local_cues must be in 0..100"),
 ])
 def test_bad_names(name, match):
     with pytest.raises(DocMTInputError, match=match):
@@ -116,13 +117,23 @@ def test_lexicon_genders_balanced_and_arbitrary(lexicon):
         assert hits / len(lexicon.nouns) < 0.5 + 2 * math.sqrt(0.25 / len(lexicon.nouns))
 
 
+def test_context_is_the_whole_document_before_the_item(suite):
+    document = {d.doc_id: d for d in synthetic.generate(LARGE).split("test")}
+    for example in suite:
+        doc_id, index = example["id"].rsplit(".", 1)
+        doc = document[doc_id]
+        assert example["src_context"] == doc.src[:int(index)]
+        assert example["tgt_context"] == doc.tgt[:int(index)]
+        assert example["src"] == doc.src[int(index)]
+
+
 def test_antecedent_is_exactly_d_sentences_back(suite):
     pronoun_items = [e for e in suite if e["phenomenon"].startswith("pronoun_d")]
     assert pronoun_items
     for example in pronoun_items:
         distance = int(example["phenomenon"][-1])
         context = example["tgt_context"]
-        assert distance <= len(context) == len(example["src_context"]) <= 3
+        assert distance <= len(context) == len(example["src_context"])
         antecedent = context[-distance].split()
         article = next(w for w in antecedent if w in ("le", "la"))
         expected = {"le": "il", "la": "elle"}[article]
@@ -151,6 +162,29 @@ def test_sense_is_set_by_a_cue_in_the_previous_sentence_only(suite, lexicon):
         assert len(topics) == 1
         verb = next(w for w in example["src"].split() if w in senses)
         assert senses[verb][topics.pop()] in example["candidates"][example["label"]].split()
+
+
+def test_local_cues_put_the_topic_cue_into_that_share_of_sense_sentences(lexicon):
+    """`local_cues=40`: about 40% of the sense sentences hold a cue of their document's topic, and
+    their verb takes that topic's sense; they are not items. The others are items as before."""
+    name = "tiny?docs=1&valid_docs=1&test_docs=1500&local_cues=40"
+    items = {e["id"] for e in synthetic.contrastive_suite(name)}
+    senses, cue_topic = dict(lexicon.ambiguous), lexicon.cue_topic()
+    local = total = 0
+    for doc in synthetic.generate(name).split("test"):
+        for index, (src, tgt) in enumerate(zip(doc.src, doc.tgt)):
+            verbs = [w for w in src.split() if w in senses]
+            if not verbs:
+                continue
+            total += 1
+            topics = {cue_topic[w] for w in src.split() if w in cue_topic}
+            assert (f"{doc.doc_id}.{index}" in items) == (not topics)
+            if topics:
+                local += 1
+                (topic,) = topics
+                assert senses[verbs[0]][topic] in tgt.split()
+    assert total > 2000
+    assert abs(local / total - 0.4) < 4 * math.sqrt(0.24 / total)
 
 
 def test_candidates_differ_only_in_the_context_dependent_word(suite):

@@ -14,7 +14,13 @@ its noun in the target, and for two context-dependent words:
 - Word sense (phenomenon `sense`). Every document has a topic (uniform over `topics`). Filler
   sentences carry a topic cue word ("... near CUE"); a *sense* sentence, right after a filler, holds
   an ambiguous verb whose target form is the sense of the document's topic. The sense sentence itself
-  contains no cue: the topic is only in earlier sentences.
+  contains no cue: the topic is only in earlier sentences. Option `local_cues=P` makes P% of the
+  sense sentences carry a cue of their own ("we VERB ADV near CUE ."), as real text often
+  disambiguates a word within its sentence; those are decidable without context and are not items.
+  A sentence-level model learns from them which cues select which sense, which a frozen sentence
+  model needs before a context model on top of it can use a cue read from the context (Zhang et al.
+  2018's two-step training; tests/test_learning.py). The pronoun phenomenon has its in-sentence
+  analogue built in: the article `le|la` agrees with the noun in the introduction sentence.
 
 Sentences are 5-12 tokens: `[then] SUBJECT VERB [very] ADV (TIME | near CUE) [and VERB ADV] .`, with
 the optional parts drawn independently of everything else.
@@ -40,8 +46,8 @@ Corpus names (`synthetic:NAME` specs): a preset, optionally with options as a qu
 
 Options: `docs` (train documents), `valid_docs`, `test_docs`, `sentences` (instead of `docs`: make
 train documents until they hold at least this many sentences), `min_len` / `max_len` (sentences per
-document, default 8 / 16), `topics` (2-8, default 2), `seed` (default 1). Example:
-`synthetic:small?docs=5000&seed=3`, `synthetic:big?sentences=2000000`. Each split is drawn from its
+document, default 8 / 16), `topics` (2-8, default 2), `local_cues` (0-100, default 0), `seed`
+(default 1). Example: `synthetic:small?docs=5000&seed=3`, `synthetic:big?sentences=2000000`. Each split is drawn from its
 own random stream (seeded by `seed` and the split name), so the valid and test documents do not
 depend on the train size.
 """
@@ -62,7 +68,7 @@ from lightning_docmt.errors import DocMTInputError
 
 GENERATOR_VERSION = "synthetic-v1"
 LEXICON_SEED = 20180601
-MAX_DISTANCE = 3  # antecedents are 1..3 sentences back; suites carry this many context sentences
+MAX_DISTANCE = 3  # antecedents are 1..3 sentences back
 # Words per class (cues: per topic). The classes the phenomena hinge on (nouns and their genders,
 # cues and their topics, ambiguous verbs and their senses) are kept small so that a tiny model
 # learns them from few examples; the other classes only add variety.
@@ -95,6 +101,7 @@ class SyntheticConfig:
     min_len: int = 8
     max_len: int = 16
     topics: int = 2
+    local_cues: int = 0  # percent of sense sentences that hold their own topic cue
     seed: int = 1
 
 
@@ -122,6 +129,7 @@ def parse_name(name: str) -> SyntheticConfig:
         (MAX_DISTANCE + 1 <= config.min_len <= config.max_len,
          f"need {MAX_DISTANCE + 1} <= min_len <= max_len"),
         (2 <= config.topics <= MAX_TOPICS, f"topics must be in 2..{MAX_TOPICS}"),
+        (0 <= config.local_cues <= 100, "local_cues must be in 0..100 (a percentage)"),
     ]
     for ok, message in checks:
         if not ok:
@@ -201,8 +209,8 @@ class Item:
 class _DocumentWriter:
     """Builds one document sentence by sentence (see the module docstring for the templates)."""
 
-    def __init__(self, rng: random.Random, lexicon: Lexicon, topic: int):
-        self.rng, self.lex, self.topic = rng, lexicon, topic
+    def __init__(self, rng: random.Random, lexicon: Lexicon, topic: int, local_cues: int):
+        self.rng, self.lex, self.topic, self.local_cues = rng, lexicon, topic, local_cues
         self.src: list[str] = []
         self.tgt: list[str] = []
         self.items: list[Item] = []
@@ -237,10 +245,13 @@ class _DocumentWriter:
         time = self.rng.choice(self.lex.times)
         return [time[0]], [time[1]]
 
-    def filler(self) -> None:
+    def _cue(self) -> tuple[list[str], list[str]]:
         cue = self.rng.choice(self.lex.cues[self.topic])
-        self._sentence((["we"], ["nous"]), self.rng.choice(self.lex.verbs),
-                       (["near", cue[0]], ["près", "de", cue[1]]))
+        return ["near", cue[0]], ["près", "de", cue[1]]
+
+    def filler(self) -> None:
+        ending = self._cue()  # drawn before the verb (the order of draws fixes the corpus)
+        self._sentence((["we"], ["nous"]), self.rng.choice(self.lex.verbs), ending)
 
     def pronoun_episode(self, distance: int) -> None:
         rng, lex = self.rng, self.lex
@@ -264,13 +275,17 @@ class _DocumentWriter:
     def sense_episode(self) -> None:
         self.filler()
         source, senses = self.rng.choice(self.lex.ambiguous)
-        _, slot = self._sentence((["we"], ["nous"]), (source, senses[self.topic]), self._time())
-        self.items.append(Item(len(self.src) - 1, slot, senses, self.topic, "sense"))
+        # No draw at local_cues=0, so that the default corpus is unchanged by the option.
+        local = self.local_cues > 0 and self.rng.random() * 100 < self.local_cues
+        ending = self._cue() if local else self._time()
+        _, slot = self._sentence((["we"], ["nous"]), (source, senses[self.topic]), ending)
+        if not local:
+            self.items.append(Item(len(self.src) - 1, slot, senses, self.topic, "sense"))
 
 
 def _document(rng: random.Random, lexicon: Lexicon, config: SyntheticConfig) -> _DocumentWriter:
     length = rng.randint(config.min_len, config.max_len)
-    writer = _DocumentWriter(rng, lexicon, rng.randrange(config.topics))
+    writer = _DocumentWriter(rng, lexicon, rng.randrange(config.topics), config.local_cues)
     writer.filler()
     while len(writer.src) < length:
         # A phenomenon starts only where the longest episode fits, so that the distance
@@ -319,8 +334,11 @@ def contrastive_suite(name: str, split: str = "test") -> list[dict]:
     """The contrastive examples of a split, in the generic format of `data/contrastive.py`.
 
     One example per context-dependent word; candidates are the target sentence with each possible
-    word (`il`/`elle`, or one sense per topic), `label` the correct one; the context is the up to
-    `MAX_DISTANCE` previous sentences of the document (source, and reference target).
+    word (`il`/`elle`, or one sense per topic), `label` the correct one; the context is every
+    previous sentence of the document (source, and reference target), so that a model reading k
+    sentences of context reads the same k as in training for any k (contrastive evaluation keeps
+    the last k). With only the `MAX_DISTANCE` sentences the items need, a model trained with 4
+    lost its fourth sentence at test time and dropped to 66% on `pronoun_d3` (Table 1, row k4).
     """
     config = parse_name(name)
     examples = []
@@ -331,12 +349,11 @@ def contrastive_suite(name: str, split: str = "test") -> list[dict]:
             for option in item.options:
                 tokens[item.slot] = option
                 candidates.append(" ".join(tokens))
-            start = max(0, item.index - MAX_DISTANCE)
             examples.append({
                 "id": f"{doc.doc_id}.{item.index}",
                 "src": doc.src[item.index],
-                "src_context": doc.src[start:item.index],
-                "tgt_context": doc.tgt[start:item.index],
+                "src_context": doc.src[:item.index],
+                "tgt_context": doc.tgt[:item.index],
                 "candidates": candidates,
                 "label": item.answer,
                 "phenomenon": item.phenomenon,
