@@ -315,6 +315,9 @@ def _validate(cfg: DictConfig) -> None:
                                           key=f"train.stages.{name}.{section}.{key}")
         if "schedule" in stage.optim:
             _check_schedule(stage.optim.schedule, f"train.stages.{name}.optim.schedule")
+        if stage.lr is not None and "lr" in stage.optim:
+            raise DocMTInputError(f"the stage's lr is set twice; keep train.stages.{name}.lr or "
+                                  f"train.stages.{name}.optim.lr", key=f"train.stages.{name}.optim.lr")
         if stage.arch is not None and find_arch(stage.arch) is None:
             raise DocMTInputError(unknown_arch_message(stage.arch), key=f"train.stages.{name}.arch")
 

@@ -130,6 +130,7 @@ def test_trainer_is_a_free_mapping_and_stages_can_be_added(configs_dir):
     (["train.stages.main.optim.warmup=5"], "key 'train.stages.main.optim.warmup': not a train.optim.* key; did you mean warmup_steps"),
     (["train.optim.schedule=linear_warmup_inverse_sqr"], "did you mean linear_warmup_inverse_sqrt"),
     (["train.stages.main.optim.schedule=cosine"], "key 'train.stages.main.optim.schedule': unknown lr schedule 'cosine'"),
+    (["train.stages.main.lr=1e-3", "train.stages.main.optim.lr=2e-3"], "the stage's lr is set twice"),
     ([f"model.arch={CTX[:-1]}z"], f"did you mean {CTX}"),
     (["profile=smal"], "did you mean small"),
     (["model.d_model"], "expected key=value"),
