@@ -47,9 +47,9 @@ Corpus names (`synthetic:NAME` specs): a preset, optionally with options as a qu
 Options: `docs` (train documents), `valid_docs`, `test_docs`, `sentences` (instead of `docs`: make
 train documents until they hold at least this many sentences), `min_len` / `max_len` (sentences per
 document, default 8 / 16), `topics` (2-8, default 2), `local_cues` (0-100, default 0), `seed`
-(default 1). Example: `synthetic:small?docs=5000&seed=3`, `synthetic:big?sentences=2000000`. Each split is drawn from its
-own random stream (seeded by `seed` and the split name), so the valid and test documents do not
-depend on the train size.
+(default 1). Example: `synthetic:small?docs=5000&seed=3`, `synthetic:big?sentences=2000000`. Each
+split is drawn from its own random stream (seeded by `seed` and the split name), so the valid and
+test documents do not depend on the train size.
 """
 
 from __future__ import annotations
