@@ -71,7 +71,7 @@ def corpus_spec(generator: str, sentences: int, workdir: Path) -> str:
 
 
 def configs(spec: str, cache_dir: str, workers: int, context: int):
-    from lightning_docmt.schema import ContextConfig, DataConfig, VocabConfig
+    from lightning_docmt.config.schema import ContextConfig, DataConfig, VocabConfig
 
     data = DataConfig(corpus=spec, cache_dir=cache_dir, num_workers=workers)
     vocab = VocabConfig(type="bpe", size=8000, joint=True)

@@ -31,14 +31,14 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 from torch.nn.attention import SDPBackend  # noqa: E402
 
-from lightning_docmt import decoding  # noqa: E402
-from lightning_docmt.config import compose  # noqa: E402
+from lightning_docmt.inference import decoding  # noqa: E402
+from lightning_docmt.config.composition import compose  # noqa: E402
 from lightning_docmt.data.batch import PAD_ID  # noqa: E402
 from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
-from lightning_docmt.losses import label_smoothed_nll  # noqa: E402
+from lightning_docmt.training.losses import label_smoothed_nll  # noqa: E402
 from lightning_docmt.nn import attention  # noqa: E402
-from lightning_docmt.trainer_factory import resolve_precision  # noqa: E402
-from lightning_docmt.train import build_module  # noqa: E402
+from lightning_docmt.training.trainer import resolve_precision  # noqa: E402
+from lightning_docmt.training.run import build_module  # noqa: E402
 
 KERNELS = {"math": [SDPBackend.MATH], "flash": [SDPBackend.FLASH_ATTENTION]}
 # (name, fused loss, attention kernel); the first is the implementation before both changes

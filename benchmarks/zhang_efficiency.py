@@ -38,14 +38,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-from callbacks.staged_unfreezing import StagedUnfreezing  # noqa: E402
+from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing  # noqa: E402
 
-from lightning_docmt import decoding  # noqa: E402
-from lightning_docmt.config import compose  # noqa: E402
+from lightning_docmt.inference import decoding  # noqa: E402
+from lightning_docmt.config.composition import compose  # noqa: E402
 from lightning_docmt.data.batch import EOS_ID, PAD_ID  # noqa: E402
 from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS  # noqa: E402
-from lightning_docmt.train import build_module  # noqa: E402
+from lightning_docmt.training.run import build_module  # noqa: E402
 
 PAPER = {"transformer": {"train": 41_000, "decode": 872}, "zhang_doc": {"train": 31_000, "decode": 364}}
 ARCHS = ("transformer", "zhang_doc")

@@ -1,10 +1,12 @@
-"""Architecture registry (DESIGN.md section 4): name -> (config dataclass, LightningModule class).
+"""Architecture registry (docs/design.md section 4): name -> (config dataclass, model class).
 
-Every `models/<arch>.py` decorates its LightningModule with `@register_arch("<arch>", <Arch>Config)`,
-where `<Arch>Config` subclasses `schema.ModelConfig`; that dataclass is the schema of `model.*` when
-`model.arch=<arch>`. `import_all_archs()` imports every module of `lightning_docmt.models`, so an
+Every `models/<arch>.py` decorates its `Seq2SeqModel` subclass (`nn/seq2seq.py`, plain PyTorch:
+model files import no Lightning) with `@register_arch("<arch>", <Arch>Config)`, where
+`<Arch>Config` subclasses `config.schema.ModelConfig`; that dataclass is the schema of `model.*`
+when `model.arch=<arch>`. One generic LightningModule, `training.module.DocMTModule`, drives every
+registered model. `import_all_archs()` imports every module of `lightning_docmt.models`, so an
 architecture is known (and parametrized tests cover it) as soon as its file exists. The registry key
-is also the preset name: `configs/arch/<arch>.yaml`.
+is also the preset name: `config/arch/<arch>.yaml`.
 """
 
 from __future__ import annotations
@@ -17,35 +19,35 @@ from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.schema import ModelConfig
+from lightning_docmt.config.schema import ModelConfig
 
-ModuleT = TypeVar("ModuleT", bound=type)
+ModelT = TypeVar("ModelT", bound=type)
 
 
 @dataclass(frozen=True)
 class ArchEntry:
     name: str
     config_class: type[ModelConfig]
-    module_class: type
+    model_class: type  # a `Seq2SeqModel` subclass, built as model_class(typed config, src V, tgt V)
 
 
 ARCHS: dict[str, ArchEntry] = {}
 
 
-def register_arch(name: str, config_class: type[ModelConfig]) -> Callable[[ModuleT], ModuleT]:
-    """Class decorator: register a LightningModule class under `name` with its config dataclass."""
+def register_arch(name: str, config_class: type[ModelConfig]) -> Callable[[ModelT], ModelT]:
+    """Class decorator: register a `Seq2SeqModel` class under `name` with its config dataclass."""
     if not (isinstance(config_class, type) and dataclasses.is_dataclass(config_class)
             and issubclass(config_class, ModelConfig)):
         raise TypeError(f"register_arch('{name}'): the config class must be a dataclass subclassing "
                         f"schema.ModelConfig, got {config_class!r}")
 
-    def wrap(module_class: ModuleT) -> ModuleT:
+    def wrap(model_class: ModelT) -> ModelT:
         existing = ARCHS.get(name)
-        if existing is not None and _qualified(existing.module_class) != _qualified(module_class):
+        if existing is not None and _qualified(existing.model_class) != _qualified(model_class):
             raise ValueError(f"architecture '{name}' is registered twice: by "
-                             f"{_qualified(existing.module_class)} and {_qualified(module_class)}")
-        ARCHS[name] = ArchEntry(name=name, config_class=config_class, module_class=module_class)
-        return module_class
+                             f"{_qualified(existing.model_class)} and {_qualified(model_class)}")
+        ARCHS[name] = ArchEntry(name=name, config_class=config_class, model_class=model_class)
+        return model_class
 
     return wrap
 

@@ -3,7 +3,7 @@
 Usage: python tests/ddp_fit_script.py RECORD_DIR [docmt fit arguments ...]
 
 It must run as a script: Lightning's `ddp` strategy starts the other ranks by re-running
-`sys.argv`. Every training `Trainer` that `lightning_docmt.train` builds (one per stage) gets a
+`sys.argv`. Every training `Trainer` that `lightning_docmt.training.run` builds (one per stage) gets a
 `FitRecorder`, and every rank writes into RECORD_DIR, per stage S:
 
 - `rank<R>.<S>.json`: `{"rank", "world_size", "train": [{"epoch", "sent_index"}, ...] (one entry per
@@ -22,7 +22,9 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from lightning_docmt import cli, train
+from lightning_docmt import cli
+
+from lightning_docmt.training import run as train
 
 
 class FitRecorder(pl.Callback):

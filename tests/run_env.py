@@ -8,7 +8,7 @@ from typing import Iterator
 import pytest
 import torch
 
-from lightning_docmt import train
+from lightning_docmt.training import run as train
 
 
 @contextlib.contextmanager

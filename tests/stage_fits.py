@@ -16,10 +16,10 @@ import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig
 
-from lightning_docmt import config as config_lib
-from lightning_docmt import train
+from lightning_docmt.config import composition as config_lib
+from lightning_docmt.training import run as train
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
-from lightning_docmt.lit import DocMTModule
+from lightning_docmt.training.module import DocMTModule
 
 CORPUS = "synthetic:tiny"
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from lightning_docmt.registry import ARCHS, ArchEntry
-from lightning_docmt.schema import ModelConfig
+from lightning_docmt.config.schema import ModelConfig
 
 SENT, CTX = "stand_in_sent", "stand_in_ctx"
 
@@ -27,14 +27,14 @@ class CtxConfig(ModelConfig):
     gating: bool = True
 
 
-class StandInModule:
+class StandInModel:
     """Never instantiated: composing a config needs only the registry entry."""
 
 
 @pytest.fixture
 def stand_in_archs(monkeypatch: pytest.MonkeyPatch) -> dict[str, ArchEntry]:
-    entries = {SENT: ArchEntry(SENT, SentConfig, StandInModule),
-               CTX: ArchEntry(CTX, CtxConfig, StandInModule)}
+    entries = {SENT: ArchEntry(SENT, SentConfig, StandInModel),
+               CTX: ArchEntry(CTX, CtxConfig, StandInModel)}
     for name, entry in entries.items():
         monkeypatch.setitem(ARCHS, name, entry)
     return entries

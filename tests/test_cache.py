@@ -14,7 +14,7 @@ from lightning_docmt.data.cachedir import build_once
 from lightning_docmt.data.prepare import build_caches
 from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import WordVocab
-from lightning_docmt.schema import DataConfig, VocabConfig
+from lightning_docmt.config.schema import DataConfig, VocabConfig
 from tests.corpus_fixtures import random_documents, write_jsonl
 
 DOCS = random_documents(12, seed=1) + [Document("u", ["café naïve"], ["NAÏVE CAFÉ"])]

@@ -14,12 +14,12 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from callbacks.checkpoint_averaging import average_state_dicts, select_window
-from lightning_docmt import train
+from lightning_docmt.callbacks.checkpoint_averaging import average_state_dicts, select_window
+from lightning_docmt.training import run as train
 from lightning_docmt.cli import main
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference import VOCAB_KEY, load_checkpoint
+from lightning_docmt.inference.translate import VOCAB_KEY, load_checkpoint
 from tests.stage_fits import tiny_config, weights
 
 N_AVERAGED = 2

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from lightning_docmt import config
-from lightning_docmt.config import compose, config_hash, save_config, to_dataclass
+from lightning_docmt.config import composition as config
+from lightning_docmt.config.composition import compose, config_hash, save_config, to_dataclass
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.registry import ARCHS, ArchEntry
-from lightning_docmt.schema import ModelConfig, RunConfig, StageConfig
-from tests.stand_in_archs import CTX, SENT, CtxConfig, SentConfig, StandInModule, stand_in_archs
+from lightning_docmt.config.schema import ModelConfig, RunConfig, StageConfig
+from tests.stand_in_archs import CTX, SENT, CtxConfig, SentConfig, StandInModel, stand_in_archs
 
 __all__ = ["stand_in_archs"]  # a fixture: imported so that pytest finds it
 
@@ -186,7 +186,7 @@ def test_config_hash_is_canonical_json_sha256(configs_dir, tmp_path):
     assert config_hash(cfg.model) != expected
 
 
-# The shipped configs/ tree -------------------------------------------------------------------
+# The shipped lightning_docmt/config/ tree -------------------------------------------------------------------
 
 def load_real(relative: str) -> dict:
     return yaml.safe_load((REAL_CONFIGS / relative).read_text()) or {}
@@ -240,7 +240,7 @@ def test_no_preset_sets_model_arch(preset):
 
 
 def test_concat_preset_reads_one_previous_sentence_at_every_profile(monkeypatch):
-    monkeypatch.setitem(ARCHS, "concat", ArchEntry("concat", SentConfig, StandInModule))
+    monkeypatch.setitem(ARCHS, "concat", ArchEntry("concat", SentConfig, StandInModel))
     for profile in (None, "tiny", "cpu", "paper"):
         cfg = compose(None, ["model.arch=concat"], profile=profile)
         assert (cfg.context.prev_sentences, cfg.context.side) == (1, "source")

@@ -13,7 +13,7 @@ from lightning_docmt.data import prepare as prepare_module
 from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.data.prepare import prepare
-from lightning_docmt.schema import ContextConfig, DataConfig, VocabConfig
+from lightning_docmt.config.schema import ContextConfig, DataConfig, VocabConfig
 from tests.corpus_fixtures import random_documents, write_jsonl
 
 DOCS = random_documents(16, seed=11, splits=("train", "train", "valid", "test"))

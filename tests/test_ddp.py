@@ -28,7 +28,7 @@ import torch
 
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.distributed import RANK_VARIABLES, progress
-from lightning_docmt.train import RUN_DIR_VARIABLE
+from lightning_docmt.training.run import RUN_DIR_VARIABLE
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "ddp_fit_script.py"

@@ -19,13 +19,13 @@ from typing import Any, Iterator
 import pytest
 import torch
 
-from callbacks.staged_unfreezing import StagedUnfreezing
-from lightning_docmt import train
+from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
+from lightning_docmt.training import run as train
 from lightning_docmt.cli import main
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.synthetic import write_contrastive_suite
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
-from lightning_docmt.speed import DECODE_SPEED_METRIC
+from lightning_docmt.training.speed import DECODE_SPEED_METRIC
 
 CORPUS = "synthetic:tiny"
 # One validation, at the end: the stored (best) checkpoint is then the final model, and 20 steps

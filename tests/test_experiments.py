@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from lightning_docmt.config import compose
+from lightning_docmt.config.composition import compose
 from lightning_docmt.registry import import_all_archs
-from lightning_docmt.table_spec import compose_row, is_table_file, load_table
-from lightning_docmt.train import check_stages
-from lightning_docmt.yaml_file import YamlFile
+from lightning_docmt.tables.spec import compose_row, is_table_file, load_table
+from lightning_docmt.training.run import check_stages
+from lightning_docmt.config.yaml_file import YamlFile
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 

@@ -51,8 +51,8 @@ from typing import Iterator
 
 import pytest
 
-from lightning_docmt import config as config_lib
-from lightning_docmt import train
+from lightning_docmt.config import composition as config_lib
+from lightning_docmt.training import run as train
 from lightning_docmt.data import synthetic
 from lightning_docmt.data.contrastive import context_free_ceiling
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from lightning_docmt.losses import label_smoothed_nll
-from lightning_docmt.schedules import lr_at, lr_lambda
+from lightning_docmt.training.losses import label_smoothed_nll
+from lightning_docmt.training.schedules import lr_at, lr_lambda
 
 
 def approx(x):

@@ -12,7 +12,7 @@ import pytest
 import sacrebleu
 
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.metrics import (contrastive_accuracy, corpus_bleu, corpus_chrf, doc_bleu,
+from lightning_docmt.evaluation.metrics import (contrastive_accuracy, corpus_bleu, corpus_chrf, doc_bleu,
                                      paired_bootstrap)
 
 

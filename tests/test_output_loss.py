@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from lightning_docmt import output_loss
-from lightning_docmt.losses import label_smoothed_nll
-from lightning_docmt.output_loss import output_label_smoothed_nll
+from lightning_docmt.training import output_loss
+from lightning_docmt.training.losses import label_smoothed_nll
+from lightning_docmt.training.output_loss import output_label_smoothed_nll
 
 VOCAB, DIM = 50, 16
 

@@ -10,7 +10,7 @@ import pytest
 import lightning_docmt.models
 from lightning_docmt import registry
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.schema import ModelConfig
+from lightning_docmt.config.schema import ModelConfig
 
 
 @pytest.fixture
@@ -27,13 +27,13 @@ class GatedConfig(ModelConfig):
     gating: bool = True
 
 
-def test_register_arch_records_config_and_module_class(restored_registry):
+def test_register_arch_records_config_and_model_class(restored_registry):
     @registry.register_arch("gated_test", GatedConfig)
-    class GatedModule:
+    class GatedModule:  # any class: the registry does not look inside
         pass
 
     entry = registry.get_arch("gated_test")
-    assert entry.config_class is GatedConfig and entry.module_class is GatedModule
+    assert entry.config_class is GatedConfig and entry.model_class is GatedModule
     assert entry.name == "gated_test"
 
 
@@ -68,7 +68,7 @@ def test_import_all_archs_imports_every_model_module(restored_registry, tmp_path
     (models_dir / "probe_arch_test.py").write_text(
         "from dataclasses import dataclass\n"
         "from lightning_docmt.registry import register_arch\n"
-        "from lightning_docmt.schema import ModelConfig\n"
+        "from lightning_docmt.config.schema import ModelConfig\n"
         "@dataclass\nclass ProbeConfig(ModelConfig):\n    probe: int = 3\n"
         "@register_arch('probe_arch_test', ProbeConfig)\nclass ProbeModule:\n    pass\n")
     monkeypatch.setattr(lightning_docmt.models, "__path__",

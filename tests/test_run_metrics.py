@@ -14,14 +14,14 @@ from typing import Iterator
 import pytest
 import torch
 
-from lightning_docmt import config as config_lib
-from lightning_docmt import train
-from lightning_docmt.contrastive_eval import evaluate_suite
+from lightning_docmt.config import composition as config_lib
+from lightning_docmt.training import run as train
+from lightning_docmt.evaluation.contrastive import evaluate_suite
 from lightning_docmt.data import synthetic
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference import load_checkpoint
-from lightning_docmt.lit import DocMTModule
-from lightning_docmt.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, TRAIN_SPEED_METRIC
+from lightning_docmt.inference.translate import load_checkpoint
+from lightning_docmt.training.module import DocMTModule
+from lightning_docmt.training.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, TRAIN_SPEED_METRIC
 from tests.run_env import single_process_run_env
 
 NAME = "tiny?docs=20&test_docs=5"

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_docmt.config import compose
+from lightning_docmt.config.composition import compose
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.table_report import log_table_to_wandb, summarize
-from lightning_docmt.table_spec import compose_file, compose_row, load_table
-from lightning_docmt.tables import run_table
+from lightning_docmt.tables.report import log_table_to_wandb, summarize
+from lightning_docmt.tables.spec import compose_file, compose_row, load_table
+from lightning_docmt.tables.runner import run_table
 from tests.stand_in_archs import CTX, stand_in_archs
 
 __all__ = ["stand_in_archs"]  # a fixture: imported so that pytest finds it

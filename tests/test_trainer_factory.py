@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 
-from lightning_docmt import config as config_lib
-from lightning_docmt import trainer_factory
+from lightning_docmt.config import composition as config_lib
+from lightning_docmt.training import trainer as trainer_factory
 from lightning_docmt.errors import DocMTInputError
 
 

@@ -13,7 +13,7 @@ from lightning_docmt.data.vocab import (
     sample_sentences,
 )
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.schema import VocabConfig
+from lightning_docmt.config.schema import VocabConfig
 from tests.corpus_fixtures import random_sentence
 
 SRC = [random_sentence(random.Random(i)) for i in range(300)]

@@ -11,7 +11,7 @@ from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import WordVocab
 from lightning_docmt.data.windows import WindowSpec, context_lengths, context_window
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.schema import ContextConfig
+from lightning_docmt.config.schema import ContextConfig
 from tests.corpus_fixtures import random_documents
 
 E, S = EOS_ID, SEP_ID

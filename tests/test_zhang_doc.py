@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID
-from lightning_docmt.decoding import beam_search, beam_search_nbest, greedy_search
+from lightning_docmt.inference.decoding import beam_search, beam_search_nbest, greedy_search
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.models.zhang_doc import (THETA_D_GLOBS, THETA_S_GLOBS, ContextAttnConfig, ZhangDocConfig,
@@ -21,7 +21,7 @@ from lightning_docmt.nn.attention import AttentionMemory
 from lightning_docmt.nn.gating import ContextGate
 from lightning_docmt.nn.layers import LayerInputs
 from lightning_docmt.nn.residual import LAYER_NORM_EPS, Residual
-from lightning_docmt.scoring import sequence_log_probs
+from lightning_docmt.evaluation.scoring import sequence_log_probs
 from tests.test_transformer import SIZES, VOCAB, padded, random_batch, widen
 from tests.model_checks import assert_incremental_matches_full
 

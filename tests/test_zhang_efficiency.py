@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from lightning_docmt import commands
+from lightning_docmt.cli import commands
 from lightning_docmt.cli import main
 from lightning_docmt.data.batch import EOS_ID
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
-from lightning_docmt.decoding import beam_search, max_target_lengths
-from lightning_docmt.train import build_module
+from lightning_docmt.inference.decoding import beam_search, max_target_lengths
+from lightning_docmt.training.run import build_module
 from tests.benchmark_scripts import load_benchmark, run_tiny
 
 def test_benchmark_measures_both_models_on_the_same_batches(tmp_path, capsys):

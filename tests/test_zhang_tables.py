@@ -15,8 +15,8 @@ from omegaconf import OmegaConf
 
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
 from lightning_docmt.registry import import_all_archs
-from lightning_docmt.table_spec import compose_row, load_table
-from lightning_docmt.train import stage_config, stage_key
+from lightning_docmt.tables.spec import compose_row, load_table
+from lightning_docmt.training.run import stage_config, stage_key
 
 ZHANG = Path(__file__).resolve().parents[1] / "experiments" / "zhang2018"
 TABLES = sorted(ZHANG.glob("t*.yaml"))

@@ -33,7 +33,7 @@ from lightning_docmt.data.prepare import build_caches, cache_layout
 from lightning_docmt.data.sampler import ShardedBatchSampler, TokenBudgetBatchSampler
 from lightning_docmt.data.vocab import Vocabulary, load_vocabularies
 from lightning_docmt.data.windows import WindowSpec
-from lightning_docmt.schema import ContextConfig, DataConfig, VocabConfig
+from lightning_docmt.config.schema import ContextConfig, DataConfig, VocabConfig
 
 
 class DocumentWindowDataModule(pl.LightningDataModule):

@@ -26,7 +26,7 @@ from lightning_docmt.data.splits import SplitSource, split_sources
 from lightning_docmt.data.types import Corpus, Document
 from lightning_docmt.data.vocab import build_vocabularies, load_vocabularies, vocab_dir
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.schema import DataConfig, VocabConfig
+from lightning_docmt.config.schema import DataConfig, VocabConfig
 
 STAT_KEYS = ("documents", "sentences", "src_tokens", "tgt_tokens", "src_subwords", "tgt_subwords",
              "filtered", "targets")

@@ -21,7 +21,7 @@ import sentencepiece as spm
 from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID
 from lightning_docmt.data.cachedir import build_once, content_key
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.schema import VocabConfig
+from lightning_docmt.config.schema import VocabConfig
 
 _META = "vocab.json"
 _DROPPED_ON_DECODE = frozenset((PAD_ID, BOS_ID, SEP_ID))

@@ -21,7 +21,7 @@ import numpy as np
 
 from lightning_docmt.data.batch import EOS_ID, SEP_ID
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.schema import ContextConfig
+from lightning_docmt.config.schema import ContextConfig
 
 CONTEXT_SIDES = ("source", "target", "mix")
 

@@ -27,7 +27,6 @@ from torch import Tensor
 from lightning_docmt.data.batch import PAD_ID, SEP_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
-from lightning_docmt.lit import DocMTModule
 from lightning_docmt.registry import register_arch
 
 
@@ -52,8 +51,11 @@ def concatenate_context(ctx_src: Tensor, src: Tensor) -> Tensor:
     return torch.where(pos < total[:, None], out, torch.full_like(out, PAD_ID))
 
 
+@register_arch("concat", ConcatConfig)
 class ConcatSeq2Seq(TransformerSeq2Seq):
     """`TransformerSeq2Seq` whose encoder reads `concatenate_context(ctx_src, src)`."""
+
+    reads_context = True
 
     def source_tokens(self, batch: dict[str, Tensor]) -> Tensor:
         if "ctx_src" not in batch:
@@ -61,9 +63,3 @@ class ConcatSeq2Seq(TransformerSeq2Seq):
                                   "context.prev_sentences > 0", key="context.prev_sentences")
         return concatenate_context(batch["ctx_src"], batch["src"])
 
-
-@register_arch("concat", ConcatConfig)
-class ConcatModule(DocMTModule):
-    """Previous source sentences + <sep> + current sentence through one encoder."""
-
-    seq2seq_class = ConcatSeq2Seq

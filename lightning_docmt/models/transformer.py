@@ -35,8 +35,7 @@ from lightning_docmt.nn.attention import key_mask
 from lightning_docmt.nn.embedding import TokenEmbedding
 from lightning_docmt.nn.layers import LayerInputs, TransformerStack, decoder_layer, encoder_layer
 from lightning_docmt.nn.seq2seq import DecoderCache, EncoderState, Seq2SeqModel
-from lightning_docmt.schema import ModelConfig
-from lightning_docmt.lit import DocMTModule
+from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.registry import register_arch
 
 
@@ -47,11 +46,14 @@ class TransformerConfig(ModelConfig):
     arch: str = "transformer"
 
 
+@register_arch("transformer", TransformerConfig)
 class TransformerSeq2Seq(Seq2SeqModel):
-    """Encoder-decoder Transformer implementing the `Seq2SeqModel` interface.
+    """Encoder-decoder Transformer implementing the `Seq2SeqModel` interface; the sentence-level baseline.
 
     Subclasses change what the encoder reads by overriding `source_tokens` (see `models/concat.py`).
     """
+
+    reads_context = False
 
     def __init__(self, cfg: TransformerConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()
@@ -99,10 +101,3 @@ class TransformerSeq2Seq(Seq2SeqModel):
         cache.step += 1
         return self.output(hidden[:, 0])  # (B, V)
 
-
-@register_arch("transformer", TransformerConfig)
-class TransformerModule(DocMTModule):
-    """The sentence-level baseline: no context."""
-
-    seq2seq_class = TransformerSeq2Seq
-    uses_context = False

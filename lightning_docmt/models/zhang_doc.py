@@ -49,7 +49,6 @@ from lightning_docmt.nn.gating import ContextGate
 from lightning_docmt.nn.layers import LayerInputs, TransformerStack, cross_attention_block, encoder_layer
 from lightning_docmt.nn.residual import ResidualBlock
 from lightning_docmt.nn.seq2seq import EncoderState
-from lightning_docmt.lit import DocMTModule
 from lightning_docmt.registry import register_arch
 
 THETA_S_GLOBS = [
@@ -108,6 +107,7 @@ def context_attention_block(cfg: ZhangDocConfig) -> ResidualBlock:
                                  integrate=ContextGate(cfg.d_model) if cfg.context_gating else None)
 
 
+@register_arch("zhang_doc", ZhangDocConfig)
 class ZhangDocSeq2Seq(TransformerSeq2Seq):
     """`TransformerSeq2Seq` with a context encoder (`context_encoder`) and `context_attn` sublayers.
 
@@ -115,6 +115,8 @@ class ZhangDocSeq2Seq(TransformerSeq2Seq):
     `ZhangEncoderState.attention_memories()`, and the decoder's context-attention keys/values are a
     static cache built once by `init_cache`, like the encoder-decoder attention's.
     """
+
+    reads_context = True
 
     def __init__(self, cfg: ZhangDocConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__(cfg, src_vocab_size, tgt_vocab_size)
@@ -153,9 +155,3 @@ class ZhangDocSeq2Seq(TransformerSeq2Seq):
         memory = self.encoder(self.src_embed(tokens), inputs)
         return ZhangEncoderState(memory=memory, memory_pad=pad, context=context)
 
-
-@register_arch("zhang_doc", ZhangDocConfig)
-class ZhangDocModule(DocMTModule):
-    """Zhang et al. 2018: context encoder, context attention, context gating."""
-
-    seq2seq_class = ZhangDocSeq2Seq

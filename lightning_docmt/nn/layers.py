@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from lightning_docmt.nn.attention import AttentionCache, AttentionMemory, MultiHeadAttention
 from lightning_docmt.nn.residual import LAYER_NORM_EPS, ResidualBlock
-from lightning_docmt.schema import ModelConfig
+from lightning_docmt.config.schema import ModelConfig
 
 LayerCache = dict[str, AttentionCache]
 """The incremental-decoding caches of one layer, by sublayer name."""

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
+import torch
 from torch import Tensor, nn
 
 from lightning_docmt.nn.attention import AttentionMemory
 
 T = TypeVar("T")
+PLACEHOLDER_VOCAB = 16  # vocabulary size of the models `parameter_names` builds
 
 
 def select_rows(value: T, index: Tensor, include_static: bool = True) -> T:
@@ -92,9 +94,24 @@ class IncrementalSeq2Seq(Protocol):
 
 
 class Seq2SeqModel(nn.Module):
-    """Base class of every architecture: subclasses set `output` and implement the four methods below."""
+    """Base class of every architecture: subclasses set `output` and implement the four methods below.
+
+    Constructed as `Model(typed_config, src_vocab_size, tgt_vocab_size)` by the generic
+    `training.module.DocMTModule`; plain PyTorch, no Lightning.
+    """
 
     output: nn.Linear  # the bias-free output projection D -> V
+    reads_context: ClassVar[bool] = True  # False: `context.*` cannot change the weights (stage reuse)
+
+    @classmethod
+    def parameter_names(cls, cfg: Any) -> list[str]:
+        """The names of the parameters a model built from `cfg` has (for checking freezing globs
+        before anything trains). Names do not depend on the vocabulary sizes, so the default builds
+        the model on the meta device (no memory, no initialisation) with placeholder sizes; a model
+        whose constructor loads pretrained weights overrides this so that nothing is loaded."""
+        with torch.device("meta"):
+            model = cls(cfg, PLACEHOLDER_VOCAB, PLACEHOLDER_VOCAB)
+        return [name for name, _ in model.named_parameters()]
 
     def encode(self, batch: dict[str, Tensor]) -> EncoderState:
         raise NotImplementedError

@@ -21,35 +21,11 @@ from lightning_docmt.data.cache import BinarizedSplit, build_cache, load_cache
 from lightning_docmt.data.collate import collate, row_lengths
 from lightning_docmt.data.sampler import TokenBudgetBatchSampler
 from lightning_docmt.data.types import Document
-from lightning_docmt.data.vocab import Vocabulary, load_vocabularies
+from lightning_docmt.checkpoints import VOCAB_KEY, unpack_vocabularies
+from lightning_docmt.data.vocab import Vocabulary
 from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.lit import DocMTModule
-from lightning_docmt.registry import get_arch, import_all_archs
-
-VOCAB_KEY = "docmt_vocab"
-
-
-def pack_vocabularies(src: Vocabulary, tgt: Vocabulary) -> dict[str, bytes]:
-    """The files of `load_vocabularies`' directory layout, as {relative path: bytes}."""
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        if src is tgt:
-            src.save(root / "joint")
-        else:
-            src.save(root / "src")
-            tgt.save(root / "tgt")
-        return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
-def unpack_vocabularies(packed: dict[str, bytes]) -> tuple[Vocabulary, Vocabulary]:
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        for rel, blob in packed.items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_bytes(blob)
-        return load_vocabularies(root)
-
+from lightning_docmt.training.module import DocMTModule
 
 @dataclass
 class LoadedModel:
@@ -71,10 +47,9 @@ def load_checkpoint(path: str | Path) -> LoadedModel:
     if VOCAB_KEY not in ckpt or "hyper_parameters" not in ckpt:
         raise DocMTInputError("not a lightning_docmt checkpoint (no config or vocabulary inside)",
                               path=path)
-    import_all_archs()
     hparams = ckpt["hyper_parameters"]
     cfg = OmegaConf.create(hparams["config"])
-    module = get_arch(cfg.model.arch).module_class(**hparams)
+    module = DocMTModule(**hparams)
     module.load_state_dict(ckpt["state_dict"])
     module.eval()
     src_vocab, tgt_vocab = unpack_vocabularies(ckpt[VOCAB_KEY])

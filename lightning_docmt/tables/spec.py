@@ -24,9 +24,9 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from lightning_docmt.config import Layer, compose, compose_layers, override_layers
+from lightning_docmt.config.composition import Layer, compose, compose_layers, override_layers
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.yaml_file import YamlFile
+from lightning_docmt.config.yaml_file import YamlFile
 
 TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "notes")
 ROW_KEYS = ("name", "overrides", "paper", "notes")

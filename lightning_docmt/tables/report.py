@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from lightning_docmt.table_spec import Table, TableRow
+from lightning_docmt.tables.spec import Table, TableRow
 
 log = logging.getLogger(__name__)
 

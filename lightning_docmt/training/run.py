@@ -30,22 +30,21 @@ import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from callbacks.checkpoint_averaging import CheckpointAveraging, check_average_config
-from callbacks.staged_unfreezing import StagedUnfreezing
-from lightning_docmt import config as config_lib
-from lightning_docmt.contrastive_eval import configured_suites, suite_metrics
+from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging, check_average_config
+from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
+from lightning_docmt.config import composition as config_lib
+from lightning_docmt.evaluation.contrastive import configured_suites, suite_metrics
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.distributed import is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference import LoadedModel
-from lightning_docmt.lit import DocMTModule
+from lightning_docmt.inference.translate import LoadedModel
+from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.registry import get_arch
-from lightning_docmt.schema import ContextConfig, RunConfig
-from lightning_docmt.speed import train_speed_metrics
-from lightning_docmt.trainer_factory import build_trainer, monitor_metric
+from lightning_docmt.config.schema import ContextConfig, RunConfig
+from lightning_docmt.training.speed import train_speed_metrics
+from lightning_docmt.training.trainer import build_trainer, monitor_metric
 
 STAGE_FORMAT_VERSION = 1
-PLACEHOLDER_VOCAB = 16  # vocabulary size of the models `check_stages` builds for their names
 RUN_DIR_VARIABLE = "DOCMT_RUN_DIR"  # rank zero's run directory, inherited by the ranks it launches
 
 
@@ -73,7 +72,7 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     arch = stage.arch or cfg.model.arch
     entry = get_arch(arch)
     config_class = entry.config_class
-    if not entry.module_class.uses_context:
+    if not entry.model_class.reads_context:
         container["context"] = dataclasses.asdict(ContextConfig())
     fields = {f.name for f in dataclasses.fields(config_class)}
     container["model"] = {k: v for k, v in container["model"].items() if k in fields}
@@ -101,10 +100,9 @@ def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
 
 def build_module(scfg: DictConfig, datamodule: DocumentWindowDataModule, step_offset: int = 0,
                  lr_override: float | None = None) -> DocMTModule:
-    entry = get_arch(scfg.model.arch)
-    return entry.module_class(OmegaConf.to_container(scfg, resolve=True),
-                              len(datamodule.src_vocab), len(datamodule.tgt_vocab),
-                              step_offset=step_offset, lr_override=lr_override)
+    return DocMTModule(OmegaConf.to_container(scfg, resolve=True),
+                       len(datamodule.src_vocab), len(datamodule.tgt_vocab),
+                       step_offset=step_offset, lr_override=lr_override)
 
 
 def load_weights(module: DocMTModule, checkpoint: Path) -> dict[str, list[str]]:
@@ -173,17 +171,17 @@ def check_stages(cfg: DictConfig) -> None:
     """Fail on a bad freezing policy (a trainable or milestone glob that matches nothing, a
     milestone without lr) or averaging setting before any stage trains or anything is written.
 
-    Parameter names do not depend on the vocabulary sizes, so each stage's model is built on the
-    meta device (no memory, no initialisation) with placeholder sizes.
+    The names come from each model class's `parameter_names` (by default the model built on the
+    meta device with placeholder vocabulary sizes; a model wrapping a pretrained encoder answers
+    without loading it).
     """
     check_average_config(cfg.train.average.checkpoints, cfg.train.average.rule)
     for name in cfg.train.schedule:
         scfg = stage_config(cfg, name)
         policy = StagedUnfreezing.from_stage(name, scfg.train.stages[name])
-        with torch.device("meta"):
-            module = get_arch(scfg.model.arch).module_class(
-                OmegaConf.to_container(scfg, resolve=True), PLACEHOLDER_VOCAB, PLACEHOLDER_VOCAB)
-        policy.check([n for n, _ in module.model.named_parameters()])
+        entry = get_arch(scfg.model.arch)
+        typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(entry.config_class), scfg.model))
+        policy.check(entry.model_class.parameter_names(typed))
 
 
 def _scalar(x: Any) -> float | None:

@@ -37,13 +37,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from omegaconf import DictConfig, OmegaConf
 
-from lightning_docmt.config import CONFIG_FILENAME, RESOLVED_KEY, save_config
+from lightning_docmt.config.composition import CONFIG_FILENAME, RESOLVED_KEY, save_config
 from lightning_docmt.distributed import is_global_zero
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.table_report import (DONE, FAILED, FINISHED, INCOMPLETE, RunRecord,
+from lightning_docmt.tables.report import (DONE, FAILED, FINISHED, INCOMPLETE, RunRecord,
                                           log_table_to_wandb, summarize, write_bar_chart,
                                           write_csv, write_markdown)
-from lightning_docmt.table_spec import Table, TableRow, compose_row, load_table
+from lightning_docmt.tables.spec import Table, TableRow, compose_row, load_table
 
 RunRow = Callable[[DictConfig, Path], Mapping[str, Any]]
 

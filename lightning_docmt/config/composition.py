@@ -4,9 +4,9 @@ Merge order, later layers win:
 
   1. dataclass defaults: `schema.RunConfig`, with `model` replaced by the config dataclass of the
      architecture (`registry`)
-  2. `configs/base.yaml`
-  3. `configs/arch/<arch>.yaml` (the paper preset of the architecture, where the file exists)
-  4. `configs/profiles/<profile>.yaml` (`tiny`, `cpu`, `paper`)
+  2. `config/base.yaml`
+  3. `config/arch/<arch>.yaml` (the paper preset of the architecture, where the file exists)
+  4. `config/profiles/<profile>.yaml` (`tiny`, `cpu`, `paper`)
   5. the experiment YAML (a plain run config), or a table's `base:` overrides
   6. a table row's `overrides:`
   7. command-line `key=value` overrides (OmegaConf dotlist syntax: `a.b=1`, `x=[1,2]`, `k=null`)
@@ -41,11 +41,11 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.registry import find_arch, unknown_arch_message
-from lightning_docmt.schema import DataConfig, OptimConfig, RunConfig
-from lightning_docmt.schedules import SCHEDULES
-from lightning_docmt.yaml_file import YamlFile
+from lightning_docmt.config.schema import DataConfig, OptimConfig, RunConfig
+from lightning_docmt.training.schedules import SCHEDULES
+from lightning_docmt.config.yaml_file import YamlFile
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent  # base.yaml, arch/, profiles/
 RESOLVED_KEY = "docmt_resolved"
 CONFIG_FILENAME = "config.yaml"
 

@@ -24,14 +24,14 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from lightning_docmt import metrics
+from lightning_docmt.evaluation import metrics
 from lightning_docmt.data.contrastive import read_suite
 from lightning_docmt.data.corpora import corpus_suite
 from lightning_docmt.data.splits import split_sources
 from lightning_docmt.data.types import Document
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference import LoadedModel, batches, binarize_documents
-from lightning_docmt.scoring import sequence_log_probs
+from lightning_docmt.inference.translate import LoadedModel, batches, binarize_documents
+from lightning_docmt.evaluation.scoring import sequence_log_probs
 
 
 def candidate_documents(examples: Sequence[dict]) -> tuple[list[Document], list[tuple[int, int]]]:

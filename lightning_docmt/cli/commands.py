@@ -1,4 +1,6 @@
-"""The sub-commands behind `docmt` (registered into `cli.COMMANDS`)."""
+"""The sub-commands behind `docmt`: one function per command, `args` -> exit status.
+
+The command table that maps names to these functions is `lightning_docmt.cli.COMMANDS`."""
 
 from __future__ import annotations
 
@@ -6,8 +8,9 @@ import argparse
 import json
 from pathlib import Path
 
-from lightning_docmt.cli import command, print_json
+from lightning_docmt.cli.output import print_json, print_mapping
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.resources import shipped_dir
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -17,26 +20,17 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return list(args.overrides)
 
 
-def _print_mapping(values: dict, *, as_json: bool) -> None:
-    if as_json:
-        print_json(values)
-        return
-    for key, value in values.items():
-        print(f"{key:>12}: {value:.4f}" if isinstance(value, float) else f"{key:>12}: {value}")
 
-
-@command("stats")
 def stats_command(args: argparse.Namespace) -> int:
     from lightning_docmt.data.corpora import read_corpus
     from lightning_docmt.data.stats import corpus_stats
 
-    _print_mapping(corpus_stats(read_corpus(args.spec)), as_json=args.json)
+    print_mapping(corpus_stats(read_corpus(args.spec)), as_json=args.json)
     return 0
 
 
-@command("prepare")
 def prepare_command(args: argparse.Namespace) -> int:
-    from lightning_docmt import config as config_lib
+    from lightning_docmt.config import composition as config_lib
     from lightning_docmt.data.prepare import prepare
 
     cfg = config_lib.compose(Path(args.config), _overrides(args), profile=args.profile)
@@ -44,17 +38,16 @@ def prepare_command(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("fit")
 def fit_command(args: argparse.Namespace) -> int:
     """A plain run config, a run's config.yaml, or one row of a table file.
 
     A table row is written where `docmt table` looks for it (`results/<table>/<row>/seed<S>/`), so
     rows launched one by one (e.g. from `docmt table --dry-run` on a cluster) fill the same table.
     """
-    from lightning_docmt import tables
+    from lightning_docmt.tables import runner as tables
     from lightning_docmt.distributed import is_global_zero
-    from lightning_docmt.table_spec import compose_file, load_table
-    from lightning_docmt.train import fit_run, run_metrics
+    from lightning_docmt.tables.spec import compose_file, load_table
+    from lightning_docmt.training.run import fit_run, run_metrics
 
     cfg = compose_file(Path(args.config), _overrides(args), row=args.row, profile=args.profile,
                        seed=args.seed)
@@ -72,10 +65,9 @@ def fit_command(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("test")
 def test_command(args: argparse.Namespace) -> int:
-    from lightning_docmt import config as config_lib
-    from lightning_docmt.train import test_checkpoint
+    from lightning_docmt.config import composition as config_lib
+    from lightning_docmt.training.run import test_checkpoint
 
     run = Path(args.run)
     run_dir = run.parent if run.is_file() else run
@@ -89,14 +81,13 @@ def test_command(args: argparse.Namespace) -> int:
         ckpt = Path(json.loads(record.read_text())["checkpoint"])
     if not ckpt.is_file():
         raise DocMTInputError("no such checkpoint", path=ckpt)
-    _print_mapping(test_checkpoint(cfg, ckpt, run_dir), as_json=args.json)
+    print_mapping(test_checkpoint(cfg, ckpt, run_dir), as_json=args.json)
     return 0
 
 
-@command("average")
 def average_command(args: argparse.Namespace) -> int:
     """Average the `state_dict` of checkpoints; the rest comes from the newest (highest global_step)."""
-    from callbacks.checkpoint_averaging import average_checkpoints
+    from lightning_docmt.callbacks.checkpoint_averaging import average_checkpoints
 
     summary = average_checkpoints([Path(c) for c in args.checkpoints], Path(args.out))
     print(f"averaged {len(summary['averaged'])} checkpoints -> {summary['out']} "
@@ -104,10 +95,9 @@ def average_command(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("table")
 def table_command(args: argparse.Namespace) -> int:
-    from lightning_docmt import tables
-    from lightning_docmt.train import run_metrics
+    from lightning_docmt.tables import runner as tables
+    from lightning_docmt.training.run import run_metrics
 
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     outcome = tables.run_table(Path(args.table), rows=args.rows, seeds=seeds, profile=args.profile,
@@ -125,10 +115,9 @@ def table_command(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-@command("translate")
 def translate_command(args: argparse.Namespace) -> int:
-    from lightning_docmt.inference import load_checkpoint, translate_documents
-    from lightning_docmt.translate_io import read_input, write_output
+    from lightning_docmt.inference.translate import load_checkpoint, translate_documents
+    from lightning_docmt.inference.documents_io import read_input, write_output
 
     model = load_checkpoint(args.ckpt)
     source = Path(args.input)
@@ -144,11 +133,10 @@ def translate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("contrastive")
 def contrastive_command(args: argparse.Namespace) -> int:
-    from lightning_docmt.contrastive_eval import evaluate_suite
+    from lightning_docmt.evaluation.contrastive import evaluate_suite
     from lightning_docmt.data.contrastive import read_suite
-    from lightning_docmt.inference import load_checkpoint
+    from lightning_docmt.inference.translate import load_checkpoint
 
     result = evaluate_suite(load_checkpoint(args.ckpt), read_suite(args.suite))
     if args.json:
@@ -160,21 +148,20 @@ def contrastive_command(args: argparse.Namespace) -> int:
     return 0
 
 
-DEMO_TABLE = Path(__file__).resolve().parent.parent / "experiments" / "demo.yaml"
+DEMO_TABLE = shipped_dir("experiments") / "demo.yaml"
 # `--quick`: the same table in about 3 minutes: shorter training, greedy test decoding. The
 # document rows' `doc` stage is shortened too (the transformer row has none: the key is unused there).
 QUICK_OVERRIDES = ["train.max_steps=120", "train.stages.doc.max_steps=20", "decode.beam=1",
                    "train.val_every_steps=100000"]
 
 
-@command("demo")
 def demo_command(args: argparse.Namespace) -> int:
     """The demo table on `bible:en-fr` at the `cpu` profile; prints the table and where results are."""
     import os
     import time
 
-    from lightning_docmt import tables
-    from lightning_docmt.train import run_metrics
+    from lightning_docmt.tables import runner as tables
+    from lightning_docmt.training.run import run_metrics
 
     started = time.monotonic()
     results = Path("results-quick" if args.quick else "results")
@@ -191,7 +178,7 @@ def demo_command(args: argparse.Namespace) -> int:
     return 1 if any(r.error for r in outcome.records) else 0
 
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+BENCHMARKS = shipped_dir("benchmarks")
 # `docmt bench --only NAME`: the benchmark scripts of `benchmarks/` (each prints its figures and ratios).
 BENCHMARK_NAMES = ("data_scale", "training_step", "zhang_efficiency")
 
@@ -207,7 +194,6 @@ def _benchmark_argv(name: str, args: argparse.Namespace, json_path: Path | None)
     return argv
 
 
-@command("bench")
 def bench_command(args: argparse.Namespace) -> int:
     """Run the selected benchmarks (`--only a,b`; default: all) one after another.
 

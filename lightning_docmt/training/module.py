@@ -1,11 +1,8 @@
-"""`DocMTModule`: the LightningModule shared by every architecture (DESIGN.md section 7).
+"""`DocMTModule`: the one LightningModule that drives every architecture (docs/design.md section 7).
 
-An architecture file defines its `nn.Module` (implementing the interface of `nn/seq2seq.py`) and a
-thin subclass that names it:
-
-    @register_arch("transformer", TransformerConfig)
-    class TransformerModule(DocMTModule):
-        seq2seq_class = TransformerSeq2Seq
+An architecture file registers its `Seq2SeqModel` (the interface of `nn/seq2seq.py`, plain
+PyTorch) with its config dataclass (`registry.register_arch`); `DocMTModule` builds it from
+`model.arch` and owns everything Lightning does with it.
 
 The shared recipe: label-smoothed cross entropy, Adam with the schedules of `schedules.py`
 (continuable across stages), validation loss and BLEU over the *whole* validation set with
@@ -28,16 +25,20 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
-from lightning_docmt import decoding, metrics
+from lightning_docmt.inference import decoding
+
+from lightning_docmt.evaluation import metrics
 from lightning_docmt.data.batch import PAD_ID
-from lightning_docmt.output_loss import output_label_smoothed_nll
+from lightning_docmt.training.output_loss import output_label_smoothed_nll
+from lightning_docmt.checkpoints import VOCAB_KEY, pack_vocabularies
+from lightning_docmt.nn.seq2seq import Seq2SeqModel
 from lightning_docmt.registry import get_arch
-from lightning_docmt.schedules import lr_lambda
-from lightning_docmt.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, Stopwatch, rate
+from lightning_docmt.training.schedules import lr_lambda
+from lightning_docmt.training.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, Stopwatch, rate
 
 
 class DocMTModule(pl.LightningModule):
-    """Shared training/evaluation logic; subclasses implement `build_model`."""
+    """Training and evaluation of the registered model named by `config["model"]["arch"]`."""
 
     def __init__(self, config: dict[str, Any], src_vocab_size: int, tgt_vocab_size: int,
                  step_offset: int = 0, lr_override: float | None = None):
@@ -56,16 +57,12 @@ class DocMTModule(pl.LightningModule):
         self._train_tokens: torch.Tensor | int = 0  # this rank's trained target tokens (on device)
         self._decode_stats = torch.zeros(2, dtype=torch.float64)  # beam-search seconds, sentences
 
-    # ------------------------------------------------------------------ subclass hook
-    seq2seq_class: type[torch.nn.Module]
-    uses_context = True  # False: the arch reads no context, so `context.*` cannot change its weights
-
-    def build_model(self, model_cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int
-                    ) -> torch.nn.Module:
-        """The arch's nn.Module, built from its typed config dataclass."""
-        config_class = get_arch(model_cfg.arch).config_class
-        typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(config_class), model_cfg))
-        return self.seq2seq_class(typed, src_vocab_size, tgt_vocab_size)
+    @staticmethod
+    def build_model(model_cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2SeqModel:
+        """The registered model of `model_cfg.arch`, built from its typed config dataclass."""
+        entry = get_arch(model_cfg.arch)
+        typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(entry.config_class), model_cfg))
+        return entry.model_class(typed, src_vocab_size, tgt_vocab_size)
 
     # ------------------------------------------------------------------ training
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -156,8 +153,6 @@ class DocMTModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Checkpoints are self-contained: the vocabularies travel with the weights."""
-        from lightning_docmt.inference import VOCAB_KEY, pack_vocabularies
-
         datamodule = self.trainer.datamodule
         checkpoint[VOCAB_KEY] = pack_vocabularies(datamodule.src_vocab, datamodule.tgt_vocab)
         # Every rank writes its checkpoint dict (only rank zero saves it), so the reduce is safe.

@@ -22,8 +22,8 @@ from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, Mode
 from lightning.pytorch.loggers import CSVLogger, Logger
 from omegaconf import DictConfig, OmegaConf
 
-from callbacks.checkpoint_averaging import CheckpointAveraging
-from callbacks.staged_unfreezing import StagedUnfreezing
+from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging
+from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
 

@@ -1,38 +1,12 @@
-"""`docmt`: the command-line entry point (DESIGN.md section 9).
-
-Every sub-command turns bad input (`DocMTInputError`) into one line on stderr and exit status 2.
-"""
+"""The argument parser of `docmt`: one sub-parser per command of `cli.COMMANDS`."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
-from pathlib import Path
-from typing import Callable
-
-from lightning_docmt.errors import DocMTInputError
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
-
-
-def command(name: str):
-    def wrap(fn: Callable[[argparse.Namespace], int]):
-        COMMANDS[name] = fn
-        return fn
-
-    return wrap
-
-
-def _environment_defaults() -> None:
-    os.environ.setdefault("WANDB_MODE", "offline")  # wandb never blocks on the network
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="docmt", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="docmt", description="document-level NMT experiments")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("stats", help="corpus statistics of a corpus spec")
@@ -91,36 +65,3 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json")
     p.add_argument("--sentences", type=int, default=2_000_000, help="data-scale corpus size")
     return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    _environment_defaults()
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    # key=value overrides may stand before or after options (`--row r a.b=1 --seed 2 c=3`)
-    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
-        args.overrides = [*args.overrides, *extra]
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    from lightning_docmt import commands  # noqa: F401  (registers the sub-commands)
-
-    try:
-        return COMMANDS[args.command](args)
-    except DocMTInputError as err:
-        print(f"docmt {args.command}: error: {err}", file=sys.stderr)
-        return 2
-
-
-def print_json(obj: object, path: Path | None = None) -> None:
-    text = json.dumps(obj, indent=1, sort_keys=False)
-    if path is not None:
-        path.write_text(text + "\n")
-    print(text)
-
-
-if __name__ == "__main__":
-    # `python -m lightning_docmt.cli` runs this file as `__main__`, a second copy of the module: the
-    # sub-commands register into `lightning_docmt.cli.COMMANDS`, so dispatch through that module.
-    from lightning_docmt.cli import main as registered_main
-
-    sys.exit(registered_main())

@@ -1,0 +1,52 @@
+"""`docmt`: the command-line entry point (docs/design.md section 9).
+
+`COMMANDS` is the one table of sub-commands: name -> function (`commands.py`) taking the parsed
+arguments (`parser.py`) and returning the exit status. Every sub-command turns bad input
+(`DocMTInputError`) into one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable
+
+from lightning_docmt.cli import commands
+from lightning_docmt.cli.parser import build_parser
+from lightning_docmt.errors import DocMTInputError
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "stats": commands.stats_command,
+    "prepare": commands.prepare_command,
+    "fit": commands.fit_command,
+    "test": commands.test_command,
+    "translate": commands.translate_command,
+    "contrastive": commands.contrastive_command,
+    "average": commands.average_command,
+    "table": commands.table_command,
+    "demo": commands.demo_command,
+    "bench": commands.bench_command,
+}
+
+
+def _environment_defaults() -> None:
+    os.environ.setdefault("WANDB_MODE", "offline")  # wandb never blocks on the network
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def main(argv: list[str] | None = None) -> int:
+    _environment_defaults()
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides may stand before or after options (`--row r a.b=1 --seed 2 c=3`)
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        return COMMANDS[args.command](args)
+    except DocMTInputError as err:
+        print(f"docmt {args.command}: error: {err}", file=sys.stderr)
+        return 2
