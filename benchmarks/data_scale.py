@@ -31,7 +31,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+if (REPO / "lightning_docmt").is_dir():  # a source checkout run without installing the package
+    sys.path.insert(0, str(REPO))
 
 DOC_SENTENCES = 1_000
 
@@ -136,7 +137,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sentences", type=int, default=2_000_000)
     parser.add_argument("--generator", choices=["synthetic", "jsonl"], default="synthetic")
-    parser.add_argument("--workdir", type=Path, default=REPO / ".cache" / "bench-data")
+    parser.add_argument("--workdir", type=Path, default=Path(".cache") / "bench-data",
+                        help="where corpora and caches are written (default: ./.cache/bench-data)")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader workers")
     parser.add_argument("--context", type=int, default=1, help="previous source sentences")
     parser.add_argument("--json", type=Path, help="also write the results here")

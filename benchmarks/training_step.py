@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+if (REPO / "lightning_docmt").is_dir():  # a source checkout run without installing the package
+    sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 from torch.nn.attention import SDPBackend  # noqa: E402

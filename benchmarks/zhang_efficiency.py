@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+if (REPO / "lightning_docmt").is_dir():  # a source checkout run without installing the package
+    sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing  # noqa: E402

@@ -29,6 +29,7 @@ import torch
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.distributed import RANK_VARIABLES, progress
 from lightning_docmt.training.run import RUN_DIR_VARIABLE
+from tests.run_checks import assert_test_bleu_rescores
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "ddp_fit_script.py"
@@ -140,8 +141,7 @@ def test_one_run_directory_holds_the_test_of_every_test_sentence(ddp_run):
     assert len(run_dirs) == 1  # every rank works in the directory rank zero chose
     printed = [line for line in ddp_run.stdout.splitlines() if not line.startswith("[docmt]")]
     assert printed == [str(run_dirs[0])]  # printed once; progress lines are tagged "[docmt]"
-    metrics = json.loads((run_dirs[0] / "metrics.json").read_text())
-    assert 0.0 <= metrics["test/bleu"] <= 100.0
+    assert_test_bleu_rescores(run_dirs[0], CORPUS)  # every rank's hypotheses, scored once
     lines = (run_dirs[0] / "test.hyp.txt").read_text(encoding="utf-8").split("\n")
     assert lines[-1] == "" and len(lines) - 1 == sentence_count("test")
 

@@ -183,11 +183,23 @@ BENCHMARKS = shipped_dir("benchmarks")
 BENCHMARK_NAMES = ("data_scale", "training_step", "zhang_efficiency")
 
 
+# `docmt bench --smoke`: every benchmark at tiny sizes (seconds), to check the benchmarks run, not to measure.
+SMOKE_ARGUMENTS = {
+    "data_scale": ["--sentences", "2000"],
+    "training_step": ["--profile", "tiny", "--corpus", "synthetic:tiny", "--repeats", "1",
+                      "--train-batches", "2", "--decode-sentences", "4", "--threads", "1"],
+    "zhang_efficiency": ["--profile", "tiny", "--corpus", "synthetic:tiny", "--repeats", "1",
+                         "--train-batches", "2", "--decode-sentences", "4", "--threads", "1"],
+}
+
+
 def _benchmark_argv(name: str, args: argparse.Namespace, json_path: Path | None) -> list[str]:
     import sys
 
     argv = [sys.executable, str(BENCHMARKS / f"{name}.py")]
-    if name == "data_scale":
+    if args.smoke:
+        argv += SMOKE_ARGUMENTS[name]
+    elif name == "data_scale":
         argv += ["--sentences", str(args.sentences)]
     if json_path is not None:
         argv += ["--json", str(json_path)]

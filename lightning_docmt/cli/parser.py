@@ -64,4 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
                                   "default: all")
     p.add_argument("--json")
     p.add_argument("--sentences", type=int, default=2_000_000, help="data-scale corpus size")
+    p.add_argument("--smoke", action="store_true",
+                   help="every selected benchmark at tiny sizes (seconds): checks that they run, measures nothing")
     return parser
