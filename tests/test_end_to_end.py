@@ -271,3 +271,19 @@ def test_a_trainable_glob_matching_nothing_fails_before_training(two_stage, work
     assert "train.stages.s2.trainable" in outcome.err and "nothing.*" in outcome.err
     assert sorted(stages.iterdir()) == stored_before  # stage s1 was not trained
     assert sorted((workdir / "runs").rglob("*")) == runs_before
+
+
+def test_prepare_builds_the_data_of_a_table_row(workdir):
+    table = workdir / "prep_table.yaml"
+    table.write_text(f"id: prep\ntitle: prepare a row\nmetrics: [test/bleu]\n"
+                     f"base: [data.corpus={CORPUS}, data.cache_dir={workdir / 'prep_cache'}]\n"
+                     "rows:\n  - {name: sent, overrides: [model.arch=transformer]}\n")
+    outcome = docmt("prepare", table, "--row", "sent", "--profile", "tiny")
+    assert outcome.code == 0, outcome.err
+    stats = json.loads(outcome.out)
+    train_docs = [d for d in read_corpus(CORPUS).documents if d.split == "train"]
+    assert stats["train"]["sentences"] == sum(len(d.src) for d in train_docs)
+    assert (workdir / "prep_cache").is_dir()
+    missing_row = docmt("prepare", table, "--profile", "tiny")
+    assert missing_row.code == 2 and len(missing_row.err.strip().splitlines()) == 1
+    assert "--row" in missing_row.err and "sent" in missing_row.err

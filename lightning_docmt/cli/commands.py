@@ -30,10 +30,10 @@ def stats_command(args: argparse.Namespace) -> int:
 
 
 def prepare_command(args: argparse.Namespace) -> int:
-    from lightning_docmt.config import composition as config_lib
     from lightning_docmt.data.prepare import prepare
+    from lightning_docmt.tables.spec import compose_file
 
-    cfg = config_lib.compose(Path(args.config), _overrides(args), profile=args.profile)
+    cfg = compose_file(Path(args.config), _overrides(args), row=args.row, profile=args.profile)
     print_json(prepare(cfg))
     return 0
 

@@ -14,8 +14,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("prepare", help="build vocabulary + binarized cache; print JSON stats")
-    p.add_argument("config")
+    p.add_argument("config", help="a run config, a run's config.yaml, or a table YAML with --row")
     p.add_argument("overrides", nargs="*")
+    p.add_argument("--row", help="a row of a table YAML")
     p.add_argument("--profile")
 
     p = sub.add_parser("fit", help="train every stage of one run; print the run dir")
