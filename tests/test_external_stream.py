@@ -218,6 +218,42 @@ def test_batches_carry_ctx_ext_padded_with_its_own_pad_id(splits):
                                        index)).all()
 
 
+class EosPaddedTokenizer:
+    """An `ExternalTokenizer` that pads with its eos id, as GPT-2-style tokenizers do: only the
+    mask can tell a row's final eos from padding."""
+
+    bos_id = None
+
+    def __init__(self, inner: VocabularyTokenizer):
+        self.inner = inner
+        self.pad_id = self.eos_id = inner.eos_id
+        self.sep_id = inner.sep_id
+        self.fingerprint = f"eos-padded:{inner.fingerprint}"
+
+    def encode(self, text: str) -> list[int]:
+        return self.inner.encode(text)
+
+    def encode_batch(self, texts) -> list[list[int]]:
+        return self.inner.encode_batch(texts)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+def test_the_mask_tells_padding_even_when_the_pad_id_is_a_real_id(splits):
+    (caches, docs), tok = splits, EosPaddedTokenizer(tokenizer())
+    external = ExternalWindow.from_config(ContextConfig(
+        prev_sentences=2, external=ExternalContextConfig("x", max_tokens=6)), tok)
+    index = np.arange(caches["ext"].n_sentences)
+    batch = collate(caches["ext"], index, WindowSpec(external=external))
+    ext, pad = batch["ctx_ext"], batch["ctx_ext_pad"]
+    lengths = (~pad).sum(1)
+    assert (ext[torch.arange(len(index)), lengths - 1] == tok.pad_id).all()  # eos, not padding
+    assert (ext[pad] == tok.pad_id).all() and pad.any() and (lengths >= 1).all()
+    assert (lengths.numpy() == row_lengths(caches["ext"], WindowSpec(external=external),
+                                           index)[-1]).all()
+
+
 def test_a_split_without_the_stream_cannot_give_ctx_ext(splits):
     (caches, _), spec = splits, WindowSpec(external=ext_window())
     with pytest.raises(ValueError, match="without the external stream"):
