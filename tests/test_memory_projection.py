@@ -60,6 +60,10 @@ def test_padded_positions_get_no_attention_weight(junk):
 
     reference = attend(states)
     assert torch.isfinite(reference).all()
+    for b, length in enumerate((~PAD).sum(1).tolist()):  # = attending to the real positions only
+        alone = projection(states[b:b + 1, :length], PAD[b:b + 1, :length])
+        expected = block(x[b:b + 1], LayerInputs(memories={"context": alone}))
+        assert torch.allclose(reference[b:b + 1], expected, atol=1e-6)
     assert torch.equal(attend(states.masked_fill(PAD[:, :, None], junk)), reference)
     changed = states.clone()
     changed[1, 0] += 1.0  # the only real position of row 1
