@@ -26,6 +26,20 @@ class VocabConfig:
 
 
 @dataclass
+class ExternalContextConfig:
+    """The context sentences tokenised a second time, for a pretrained context encoder
+    (docs/design.md section 5; batch keys `ctx_ext`, `ctx_ext_pad` in `data/batch.py`).
+
+    A pretrained encoder (BERT-like, PEGASUS) reads its input in its own vocabulary, with its own
+    special and padding ids, so its context cannot reuse `ctx_src`: `tokenizer` names the tokenizer
+    of that stream (`data/tokenizers.py`).
+    """
+
+    tokenizer: str = ""  # vocab:DIR[?pad_id=N] (a saved Vocabulary) | hf:DIR (a local HF tokenizer)
+    max_tokens: int = 512  # cap on ctx_ext tokens (specials included); the oldest context is cut first
+
+
+@dataclass
 class ContextConfig:
     """Document windows around sentence i (DESIGN.md section 5)."""
 
@@ -34,6 +48,7 @@ class ContextConfig:
     side: str = "source"  # source | target | mix  (target: k previous target sentences)
     max_tokens: int = 256  # cap on context tokens per side; the oldest context is cut first
     separator: bool = True  # <sep> between context sentences (Zhang's reference: False, reading Z4)
+    external: Optional[ExternalContextConfig] = None  # ctx_ext: the k previous sentences; None = off
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """The batch contract between the DataModule and every model.
 
-A batch is a `dict[str, Tensor]` (all int64, right-padded with `PAD_ID`):
+A batch is a `dict[str, Tensor]` (all int64, right-padded with `PAD_ID`, except the external
+stream: `ctx_ext` is padded with its own tokenizer's pad id and `ctx_ext_pad` is bool):
 
 | key            | shape       | content |
 |----------------|-------------|---------|
@@ -11,17 +12,21 @@ A batch is a `dict[str, Tensor]` (all int64, right-padded with `PAD_ID`):
 | `ctx_src_seg`  | (B, C)      | segment id of every `ctx_src` token: the distance of its sentence from the current one (1 = immediately previous, k = oldest); the final `<eos>` gets 1 (0 for an empty context); PAD positions are 0 |
 | `ctx_next`     | (B, N)      | the m next source sentences, nearest first, same layout as `ctx_src` (segment ids in `ctx_next_seg`) |
 | `ctx_tgt`      | (B, U)      | the k previous *reference* target sentences, same layout (segment ids in `ctx_tgt_seg`) |
+| `ctx_ext`      | (B, E)      | the k previous source sentences (the window of `ctx_src`, whatever `context.side`), in the ids of the external tokenizer (`context.external`, `data/tokenizers.py`): `[bos] s_{i-k} sep ... s_{i-1} eos` with THAT tokenizer's specials (no `bos` or `sep` when it has none, no `sep` when `context.separator=false`), at most `context.external.max_tokens` ids, the oldest cut first; an empty context is `[bos] eos`; right-padded with THAT tokenizer's pad id |
+| `ctx_ext_pad`  | (B, E) bool | True where `ctx_ext` is padding; the only way to tell padding, whatever the pad id (never all True in a row) |
 | `sent_index`   | (B,)        | global index of the sentence inside its split (for gathering hypotheses in order) |
 | `doc_index`    | (B,)        | index of its document inside the split |
 | `pos_in_doc`   | (B,)        | 0-based position of the sentence inside its document |
 
-`ctx_*` keys are present only when the corresponding context size is > 0. In document-order mode
+`ctx_*` keys are present only when the corresponding context size is > 0, `ctx_ext` and
+`ctx_ext_pad` only when `context.external` is set (docs/design.md section 5). In document-order mode
 (`data.document_order=true`) a batch holds sentence j of up to `max_documents` documents, so a model
 with target-side context can carry its state from batch to batch; `doc_index` tells which document
 each row belongs to.
 
 Context truncation: when a context side exceeds `context.max_tokens`, the oldest tokens are removed
-first (from the left of `ctx_src` and `ctx_tgt`, from the right of `ctx_next`), the final `<eos>` kept.
+first (from the left of `ctx_src` and `ctx_tgt`, from the right of `ctx_next`), the final `<eos>` kept;
+`ctx_ext` loses the left of its sentences under `context.external.max_tokens`, its `bos`/`eos` kept.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Binarized, memory-mapped splits (DESIGN.md section 5).
 
 One directory per split, keyed by a content hash of (split source fingerprint, vocabulary key,
-filter options). All arrays are raw little files opened with `np.memmap(mode="r")`, so every DDP
-rank and every DataLoader worker shares one copy in the page cache:
+filter options, and the external tokenizer's fingerprint when there is one). All arrays are raw
+little files opened with `np.memmap(mode="r")`, so every DDP rank and every DataLoader worker
+shares one copy in the page cache:
 
 | file                      | dtype          | content |
 |---------------------------|----------------|---------|
@@ -12,7 +13,13 @@ rank and every DataLoader worker shares one copy in the page cache:
 | `targets`                 | int64          | sentences that are training targets (ascending) |
 | `doc_ids.json`            | json list      | document ids, in order |
 | `{src,tgt}.txt(.offsets)` | bytes, int64   | raw UTF-8 text (valid/test only: BLEU references) |
+| `ext.ids`, `ext.offsets`  | own dtype, int64 | source sentences in the external tokenizer's ids (see below) |
 | `meta.json`               | json           | counts (see `prepare.py`) and the token dtype |
+
+The `ext.*` files exist only with `context.external` (docs/design.md section 5): the source
+sentences encoded by the external tokenizer (`data/tokenizers.py`), whose id dtype is its own;
+`meta.json` then also holds `ext_subwords` and `external` (the tokenizer's fingerprint and the
+dtype of `ext.ids`). Without it a split is exactly what it was before the stream existed.
 
 Over-long training pairs (`data.max_len`, `data.max_len_ratio`) are not targets but stay in the
 arrays as context of their neighbours, and are counted as `filtered`: nothing is dropped silently.
@@ -31,12 +38,14 @@ from typing import BinaryIO, Iterable
 
 import numpy as np
 
+from lightning_docmt.data.tokenizers import ExternalTokenizer
 from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import Vocabulary
 
 CACHE_FORMAT = 1
 _CHUNK_SENTENCES = 65_536
 _SIDES = ("src", "tgt")
+EXTERNAL_SIDE = "ext"
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -122,6 +131,9 @@ class BinarizedSplit(_Mapped):
     def __post_init__(self) -> None:
         self.src = TokenArray(self.path, "src", self.meta["dtype"])
         self.tgt = TokenArray(self.path, "tgt", self.meta["dtype"])
+        external = self.meta.get("external")
+        self.ext = (TokenArray(self.path, EXTERNAL_SIDE, external["dtype"]) if external
+                    else None)  # the source sentences in the external tokenizer's ids
 
     @property
     def doc_offsets(self) -> np.ndarray:
@@ -187,34 +199,44 @@ class LengthFilter:
 
 
 class _SplitWriter:
-    """Appends encoded chunks of sentences to the raw files of one split directory."""
+    """Appends encoded chunks of sentences to the raw files of one split directory.
 
-    def __init__(self, out: Path, files: ExitStack, dtype: np.dtype, keep_text: bool):
-        self.dtype, self.keep_text = dtype, keep_text
-        names = [f"{s}.ids" for s in _SIDES] + [f"{s}.offsets" for s in _SIDES] + ["targets"]
+    `dtypes` maps each token side to its id dtype: `src` and `tgt`, plus `ext` for the external
+    stream (which has ids, but no text and no whitespace-token count).
+    """
+
+    def __init__(self, out: Path, files: ExitStack, dtypes: dict[str, np.dtype], keep_text: bool):
+        self.dtypes, self.keep_text = dtypes, keep_text
+        names = [f"{s}.ids" for s in dtypes] + [f"{s}.offsets" for s in dtypes] + ["targets"]
         if keep_text:
             names += [f"{s}.txt" for s in _SIDES] + [f"{s}.txt.offsets" for s in _SIDES]
         self.f: dict[str, BinaryIO] = {n: files.enter_context(open(out / n, "wb")) for n in names}
-        streams = _SIDES + (("src.txt", "tgt.txt") if keep_text else ())
+        streams = tuple(dtypes) + (("src.txt", "tgt.txt") if keep_text else ())
         self.base = {stream: 0 for stream in streams}  # items written so far, per stream
         for stream in streams:
             self.f[f"{stream}.offsets"].write(np.zeros(1, np.int64).tobytes())
         self.n_sentences = 0
         self.counts = {"src_tokens": 0, "tgt_tokens": 0, "src_subwords": 0, "tgt_subwords": 0,
                        "filtered": 0, "targets": 0}
+        self.counts.update({f"{s}_subwords": 0 for s in dtypes if s not in _SIDES})
 
     def _append(self, stream: str, lengths: np.ndarray, payload: bytes) -> None:
         self.f[f"{stream}.offsets"].write((self.base[stream] + np.cumsum(lengths)).tobytes())
         self.base[stream] += int(lengths.sum())
         self.f[stream if stream.endswith(".txt") else f"{stream}.ids"].write(payload)
 
-    def add(self, side: str, texts: list[str], vocab: Vocabulary) -> np.ndarray:
-        """Encode and append one side of a chunk; returns its subword lengths."""
-        ids = vocab.encode_batch(texts)
+    def add_ids(self, side: str, ids: list[list[int]]) -> np.ndarray:
+        """Append the ids of one side of a chunk; returns its subword lengths."""
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        flat = np.fromiter(chain.from_iterable(ids), dtype=self.dtype, count=int(lengths.sum()))
+        flat = np.fromiter(chain.from_iterable(ids), dtype=self.dtypes[side],
+                           count=int(lengths.sum()))
         self._append(side, lengths, flat.tobytes())
         self.counts[f"{side}_subwords"] += int(lengths.sum())
+        return lengths
+
+    def add(self, side: str, texts: list[str], vocab: Vocabulary) -> np.ndarray:
+        """Encode and append one side (`src`/`tgt`) of a chunk; returns its subword lengths."""
+        lengths = self.add_ids(side, vocab.encode_batch(texts))
         self.counts[f"{side}_tokens"] += sum(len(t.split()) for t in texts)
         if self.keep_text:
             raw = [t.encode("utf-8") for t in texts]
@@ -233,24 +255,32 @@ class _SplitWriter:
 def build_cache(documents: Iterable[Document], src_vocab: Vocabulary, tgt_vocab: Vocabulary,
                 out: str | Path, *, length_filter: LengthFilter | None = None,
                 keep_text: bool = False, extra_meta: dict | None = None,
-                chunk_sentences: int = _CHUNK_SENTENCES) -> dict:
+                chunk_sentences: int = _CHUNK_SENTENCES,
+                external: ExternalTokenizer | None = None) -> dict:
     """Binarize `documents` into the (empty, existing) directory `out`; returns its meta.
 
     Sentences are encoded `chunk_sentences` at a time with the vocabulary's batch encoder and
     appended to the raw files, so memory stays bounded by one chunk whatever the corpus size.
+    `external` also writes the source sentences in that tokenizer's ids (`ext.*`); without it
+    the files are exactly those of a build that knows nothing of the external stream.
     """
     out = Path(out)
     dtype = token_dtype(max(len(src_vocab), len(tgt_vocab)))
+    dtypes = {side: dtype for side in _SIDES}
+    if external is not None:
+        dtypes[EXTERNAL_SIDE] = token_dtype(len(external))
     doc_ids: list[str] = []
     doc_offsets = array("q", [0])
     with ExitStack() as files:
-        writer = _SplitWriter(out, files, dtype, keep_text)
+        writer = _SplitWriter(out, files, dtypes, keep_text)
         src_buf: list[str] = []
         tgt_buf: list[str] = []
 
         def flush() -> None:
             src_len = writer.add("src", src_buf, src_vocab)
             tgt_len = writer.add("tgt", tgt_buf, tgt_vocab)
+            if external is not None:
+                writer.add_ids(EXTERNAL_SIDE, external.encode_batch(src_buf))
             keep = (length_filter.keep(src_len, tgt_len) if length_filter is not None
                     else np.ones(len(src_len), dtype=bool))
             writer.add_targets(keep)
@@ -270,5 +300,8 @@ def build_cache(documents: Iterable[Document], src_vocab: Vocabulary, tgt_vocab:
     meta = {"format": CACHE_FORMAT, **(extra_meta or {}), "documents": len(doc_ids),
             "sentences": writer.n_sentences, **writer.counts, "dtype": dtype.name,
             "has_text": keep_text}
+    if external is not None:
+        meta["external"] = {"fingerprint": external.fingerprint,
+                            "dtype": dtypes[EXTERNAL_SIDE].name}
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     return meta

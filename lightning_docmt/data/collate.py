@@ -4,6 +4,9 @@
 yields): the DataLoader runs with `batch_size=None` and the batch sampler as its `sampler`, so
 windows are cut and padded inside the workers and only finished tensors cross processes.
 `row_lengths` gives the unpadded length of every tensor row, for token-budget batching.
+
+The external stream (`ctx_ext`, docs/design.md section 5) is padded with its own tokenizer's pad
+id and comes with `ctx_ext_pad`, the padding mask, so that no model needs to know that id.
 """
 
 from __future__ import annotations
@@ -16,15 +19,29 @@ from torch.utils.data import Dataset
 
 from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID
 from lightning_docmt.data.cache import BinarizedSplit
-from lightning_docmt.data.windows import WindowSpec, context_lengths, context_window
+from lightning_docmt.data.windows import ExternalWindow, WindowSpec, context_lengths, context_window
 
 
-def pad(rows: Sequence[np.ndarray]) -> torch.Tensor:
-    """Right-pad 1-D int arrays with PAD_ID into a (B, max_len) int64 tensor."""
-    out = np.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=np.int64)
+def pad(rows: Sequence[np.ndarray], value: int = PAD_ID) -> torch.Tensor:
+    """Right-pad 1-D int arrays with `value` into a (B, max_len) int64 tensor."""
+    out = np.full((len(rows), max(len(r) for r in rows)), value, dtype=np.int64)
     for b, row in enumerate(rows):
         out[b, :len(row)] = row
     return torch.from_numpy(out)
+
+
+def external_context(split: BinarizedSplit, index: np.ndarray, doc_start: np.ndarray,
+                     doc_end: np.ndarray, window: ExternalWindow
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`ctx_ext` (B, E) int64 padded with `window.pad_id`, and `ctx_ext_pad` (B, E) bool (True =
+    padding), built from the lengths: an id equal to the pad id never decides what is padding."""
+    if split.ext is None:
+        raise ValueError(f"split '{split.path}' was binarized without the external stream")
+    rows = [window.window(split.ext.ids, split.ext.offsets, int(i), int(s), int(e))
+            for i, s, e in zip(index, doc_start, doc_end)]
+    tokens = pad(rows, window.pad_id)
+    lengths = torch.tensor([len(r) for r in rows])
+    return tokens, torch.arange(tokens.size(1))[None, :] >= lengths[:, None]  # (B, E)
 
 
 def collate(split: BinarizedSplit, indices: Sequence[int], spec: WindowSpec
@@ -50,17 +67,22 @@ def collate(split: BinarizedSplit, indices: Sequence[int], spec: WindowSpec
                    for i, s, e in zip(index, doc_start, doc_end)]
         batch[key] = pad([w[0] for w in windows])
         batch[f"{key}_seg"] = pad([w[1] for w in windows])
+    if spec.external is not None:
+        batch["ctx_ext"], batch["ctx_ext_pad"] = external_context(split, index, doc_start,
+                                                                  doc_end, spec.external)
     return batch
 
 
 def row_lengths(split: BinarizedSplit, spec: WindowSpec, index: np.ndarray,
                 chunk: int = 1 << 18) -> np.ndarray:
     """(n_tensors, len(index)) int32: the length of each given sentence's row in `src`, in
-    `tgt_in` (= `tgt_out`) and in each context tensor present, in that order. Computed `chunk`
-    sentences at a time so that temporaries stay small whatever the corpus size."""
+    `tgt_in` (= `tgt_out`), in each context tensor present and in `ctx_ext` when present, in that
+    order. Computed `chunk` sentences at a time so that temporaries stay small whatever the corpus
+    size."""
     index = np.asarray(index, dtype=np.int64)
     sides = list(spec.sides().values())
-    out = np.empty((2 + len(sides), len(index)), dtype=np.int32)
+    external = spec.external
+    out = np.empty((2 + len(sides) + (external is not None), len(index)), dtype=np.int32)
     for c in range(0, len(index), chunk):
         i = index[c:c + chunk]
         out[0, c:c + chunk] = split.src.offsets[i + 1] - split.src.offsets[i] + 1
@@ -69,6 +91,8 @@ def row_lengths(split: BinarizedSplit, spec: WindowSpec, index: np.ndarray,
             out[r, c:c + chunk] = context_lengths(getattr(split, side).offsets, split.doc_offsets,
                                                   i, direction, size, spec.max_tokens,
                                                   spec.separator)
+        if external is not None:
+            out[-1, c:c + chunk] = external.lengths(split.ext.offsets, split.doc_offsets, i)
     return out
 
 

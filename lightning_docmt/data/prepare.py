@@ -4,7 +4,9 @@ Cache layout under `data.cache_dir`:
 `vocab/<vocab key>/` (see `vocab.py`) and `bin/<split>-<split key>/` (see `cache.py`). The keys
 are computed from corpus fingerprints and options alone, so `cache_layout` finds existing
 entries without reading any corpus; `build_caches` reads each corpus at most once, and only when
-something is missing.
+something is missing. With an external tokenizer (`context.external`, docs/design.md section 5)
+the split key also holds its fingerprint, so changing the tokenizer rebuilds the splits; without
+one the keys are those of a pipeline that has no external stream.
 
 The vocabulary is learnt from the whole training split, whatever `data.train_fraction` keeps: the
 stages of one run may train on different fractions (Zhang et al. 2018, Table 7: step 1 on
@@ -23,6 +25,7 @@ from lightning_docmt.data.cache import CACHE_FORMAT, LengthFilter, build_cache
 from lightning_docmt.data.cachedir import build_once, content_key
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.splits import SplitSource, split_sources
+from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
 from lightning_docmt.data.types import Corpus, Document
 from lightning_docmt.data.vocab import build_vocabularies, load_vocabularies, vocab_dir
 from lightning_docmt.errors import DocMTInputError
@@ -57,16 +60,19 @@ def vocabulary_source(sources: dict[str, SplitSource]) -> SplitSource:
     return replace(sources["train"], fraction=1.0)
 
 
-def cache_layout(data: DataConfig, vocab: VocabConfig) -> CacheLayout:
+def cache_layout(data: DataConfig, vocab: VocabConfig,
+                 external: ExternalTokenizer | None = None) -> CacheLayout:
     check_data_config(data)
     sources = split_sources(data)
     vdir = vocab_dir(data.cache_dir, vocab, vocabulary_source(sources).fingerprint())
     split_dirs = {}
     for split, source in sources.items():
         lf = _length_filter(data, split)
-        key = content_key({"format": CACHE_FORMAT, "source": source.fingerprint(),
-                           "vocab": vdir.name, "filter": lf and [lf.max_len, lf.max_len_ratio],
-                           "text": split != "train"})
+        inputs = {"format": CACHE_FORMAT, "source": source.fingerprint(), "vocab": vdir.name,
+                  "filter": lf and [lf.max_len, lf.max_len_ratio], "text": split != "train"}
+        if external is not None:
+            inputs["external"] = external.fingerprint
+        key = content_key(inputs)
         split_dirs[split] = Path(data.cache_dir) / "bin" / f"{split}-{key}"
     return CacheLayout(vdir, split_dirs)
 
@@ -86,10 +92,12 @@ class _CorpusReader:
         return source.select(self.corpus(source.spec))
 
 
-def build_caches(data: DataConfig, vocab: VocabConfig) -> CacheLayout:
-    """Build whatever is missing of the vocabulary and the three splits; safe to run
-    concurrently (each entry is built under a lock and renamed into place)."""
-    layout = cache_layout(data, vocab)
+def build_caches(data: DataConfig, vocab: VocabConfig,
+                 external: ExternalTokenizer | None = None) -> CacheLayout:
+    """Build whatever is missing of the vocabulary and the three splits (with the `external`
+    stream when given); safe to run concurrently (each entry is built under a lock and renamed
+    into place)."""
+    layout = cache_layout(data, vocab, external)
     sources = split_sources(data)
     reader = _CorpusReader()
     train = vocabulary_source(sources)
@@ -114,7 +122,8 @@ def build_caches(data: DataConfig, vocab: VocabConfig) -> CacheLayout:
                         length_filter=_length_filter(data, source.split),
                         keep_text=source.split != "train",
                         extra_meta={"split": source.split, "spec": source.spec,
-                                    "reader_skipped": corpus.skipped})
+                                    "reader_skipped": corpus.skipped},
+                        external=external)
 
         build_once(directory, build)
     return layout
@@ -125,16 +134,20 @@ def read_meta(directory: Path) -> dict[str, Any]:
 
 
 def prepare(cfg: Any) -> dict[str, Any]:
-    """Build vocab + caches for `cfg.data` / `cfg.vocab`; JSON-able stats.
+    """Build vocab + caches for `cfg.data` / `cfg.vocab` (and `cfg.context.external`, when
+    `cfg` has it); JSON-able stats.
 
     `{"train"|"valid"|"test": {documents, sentences, src_tokens, tgt_tokens (whitespace),
-    src_subwords, tgt_subwords, filtered, targets}, "vocab": {...}, "skipped": {spec: {...}}}`
-    where `skipped` holds what the corpus readers left out by rule.
+    src_subwords, tgt_subwords, filtered, targets[, ext_subwords]}, "vocab": {...},
+    "skipped": {spec: {...}}}` where `skipped` holds what the corpus readers left out by rule and
+    `ext_subwords` counts the external stream's ids when there is one.
     """
-    layout = build_caches(cfg.data, cfg.vocab)
+    external = external_tokenizer(getattr(cfg, "context", None))
+    layout = build_caches(cfg.data, cfg.vocab, external)
     src_vocab, tgt_vocab = load_vocabularies(layout.vocab_dir)
     metas = {split: read_meta(d) for split, d in layout.split_dirs.items()}
-    stats: dict[str, Any] = {split: {k: m[k] for k in STAT_KEYS} for split, m in metas.items()}
+    keys = STAT_KEYS + (() if external is None else ("ext_subwords",))
+    stats: dict[str, Any] = {split: {k: m[k] for k in keys} for split, m in metas.items()}
     stats["vocab"] = {"type": cfg.vocab.type, "joint": src_vocab is tgt_vocab,
                       "src_size": len(src_vocab), "tgt_size": len(tgt_vocab),
                       "path": str(layout.vocab_dir)}

@@ -11,19 +11,78 @@ sentence i (a `<sep>` takes the id of the sentence it closes); the final `<eos>`
 an empty context, which is the single token `<eos>` (Zhang et al. 2018 reference pipeline,
 reading Z4 in ablations.md). A side longer than `max_tokens` (`<eos>` included) loses its oldest
 tokens first: the left of a previous-context, the right of a next-context.
+
+The external stream `ctx_ext` (`context.external`, docs/design.md section 5) has the window of
+`ctx_src` (the k previous source sentences, oldest first, inside the document, truncated from the
+oldest side) in the ids of a second tokenizer, laid out with that tokenizer's own specials
+(`ExternalWindow`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from lightning_docmt.data.batch import EOS_ID, SEP_ID
+from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.schema import ContextConfig
 
 CONTEXT_SIDES = ("source", "target", "mix")
+
+
+@dataclass(frozen=True)
+class ExternalWindow:
+    """Layout of a `ctx_ext` row: the `size` previous source sentences in a second tokenizer's ids.
+
+    `[bos_id] s_{i-k} sep_id ... s_{i-1} eos_id`: no `bos_id` when it is None, the sentences
+    concatenated when `sep_id` is None; an empty context is `[bos_id] eos_id`, so a row always has
+    a key to attend to. At most `max_tokens` ids, the oldest dropped first (`context_window`).
+    """
+
+    size: int
+    max_tokens: int
+    pad_id: int
+    eos_id: int
+    sep_id: Optional[int] = None
+    bos_id: Optional[int] = None
+
+    @classmethod
+    def from_config(cls, cfg: ContextConfig, tokenizer: ExternalTokenizer) -> ExternalWindow:
+        """`context.external` read by `tokenizer`; `context.separator` decides whether the
+        tokenizer's `sep_id` joins the sentences."""
+        if cfg.prev_sentences < 1:
+            raise DocMTInputError("needs context.prev_sentences >= 1 (the sentences it encodes)",
+                                  key="context.external")
+        window = cls(size=cfg.prev_sentences, max_tokens=cfg.external.max_tokens,
+                     pad_id=tokenizer.pad_id, eos_id=tokenizer.eos_id,
+                     sep_id=tokenizer.sep_id if cfg.separator else None, bos_id=tokenizer.bos_id)
+        if window.max_tokens < window.prefix + 1:
+            raise DocMTInputError(f"must be >= {window.prefix + 1} (the tokenizer's specials)",
+                                  key="context.external.max_tokens")
+        return window
+
+    @property
+    def prefix(self) -> int:
+        """Ids before the sentences: 1 (`bos_id`) or 0."""
+        return 0 if self.bos_id is None else 1
+
+    def window(self, ids: np.ndarray, offsets: np.ndarray, i: int, doc_start: int, doc_end: int
+               ) -> np.ndarray:
+        """The row of sentence i, (L,) int64: `context_window` under the cap less the prefix."""
+        tokens, _ = context_window(ids, offsets, i, doc_start, doc_end, -1, self.size,
+                                   self.max_tokens - self.prefix, self.sep_id is not None,
+                                   eos_id=self.eos_id, sep_id=self.sep_id)
+        return tokens if self.bos_id is None else np.insert(tokens, 0, self.bos_id)
+
+    def lengths(self, offsets: np.ndarray, doc_offsets: np.ndarray, index: np.ndarray
+                ) -> np.ndarray:
+        """Length of `window` for each sentence in `index` at once, (len(index),) int64."""
+        return self.prefix + context_lengths(offsets, doc_offsets, index, -1, self.size,
+                                             self.max_tokens - self.prefix,
+                                             self.sep_id is not None)
 
 
 @dataclass(frozen=True)
@@ -32,7 +91,8 @@ class WindowSpec:
 
     `context.side`: source -> `ctx_src` (k previous source sentences); target -> `ctx_tgt`
     (k previous reference target sentences); mix -> both. `ctx_next` (m next source sentences)
-    is independent of the side.
+    is independent of the side. `external` (from `context.external`, whatever the side) adds
+    `ctx_ext` and `ctx_ext_pad`.
     """
 
     prev_src: int = 0
@@ -40,9 +100,13 @@ class WindowSpec:
     prev_tgt: int = 0
     max_tokens: int = 256
     separator: bool = True
+    external: Optional[ExternalWindow] = None
 
     @classmethod
-    def from_config(cls, cfg: ContextConfig) -> WindowSpec:
+    def from_config(cls, cfg: ContextConfig, tokenizer: Optional[ExternalTokenizer] = None
+                    ) -> WindowSpec:
+        """`tokenizer` is the one of `context.external` when the caller has it loaded already;
+        else it is loaded here (and ignored when the external stream is off)."""
         if cfg.side not in CONTEXT_SIDES:
             raise DocMTInputError(f"must be one of {', '.join(CONTEXT_SIDES)}, got {cfg.side!r}",
                                   key="context.side")
@@ -51,10 +115,14 @@ class WindowSpec:
                 raise DocMTInputError("must be >= 0", key=f"context.{key}")
         if cfg.max_tokens < 1:
             raise DocMTInputError("must be >= 1 (the final <eos>)", key="context.max_tokens")
+        external = None
+        if getattr(cfg, "external", None) is not None:
+            tokenizer = tokenizer if tokenizer is not None else external_tokenizer(cfg)
+            external = ExternalWindow.from_config(cfg, tokenizer)
         k = cfg.prev_sentences
         return cls(prev_src=k if cfg.side in ("source", "mix") else 0, next_src=cfg.next_sentences,
                    prev_tgt=k if cfg.side in ("target", "mix") else 0, max_tokens=cfg.max_tokens,
-                   separator=cfg.separator)
+                   separator=cfg.separator, external=external)
 
     def sides(self) -> dict[str, tuple[str, int, int]]:
         """Batch key -> (token side, direction, size) of every context side present."""
@@ -71,25 +139,30 @@ def neighbours(i: np.ndarray | int, doc_start: np.ndarray | int, doc_end: np.nda
 
 
 def context_window(ids: np.ndarray, offsets: np.ndarray, i: int, doc_start: int, doc_end: int,
-                   direction: int, size: int, max_tokens: int, separator: bool
+                   direction: int, size: int, max_tokens: int, separator: bool, *,
+                   eos_id: int = EOS_ID, sep_id: Optional[int] = SEP_ID
                    ) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens, segment ids) of one context side of sentence i, both (L,) int64."""
+    """(tokens, segment ids) of one context side of sentence i, both (L,) int64.
+
+    `eos_id`/`sep_id` are the vocabulary's specials (`sep_id` is read only with `separator`):
+    the batch contract's by default, a second tokenizer's for `ExternalWindow`.
+    """
     n = int(neighbours(i, doc_start, doc_end, direction, size))
     if n == 0:
-        return np.array([EOS_ID], dtype=np.int64), np.zeros(1, dtype=np.int64)
+        return np.array([eos_id], dtype=np.int64), np.zeros(1, dtype=np.int64)
     first = i - n if direction < 0 else i + 1  # sentences first .. first+n-1, document order
     bounds = offsets[first:first + n + 1] - offsets[first]
     tokens = np.asarray(ids[offsets[first]:offsets[first + n]], dtype=np.int64)
     distance = np.arange(n, 0, -1) if direction < 0 else np.arange(1, n + 1)
     segments = np.repeat(distance, np.diff(bounds))
     if separator and n > 1:
-        tokens = np.insert(tokens, bounds[1:-1], SEP_ID)
+        tokens = np.insert(tokens, bounds[1:-1], sep_id)
         segments = np.insert(segments, bounds[1:-1], distance[:-1])
     body = max_tokens - 1
     if len(tokens) > body:  # drop the oldest tokens: far left (previous) or far right (next)
         keep = slice(len(tokens) - body, None) if direction < 0 else slice(0, body)
         tokens, segments = tokens[keep], segments[keep]
-    return np.append(tokens, EOS_ID), np.append(segments, 1)
+    return np.append(tokens, eos_id), np.append(segments, 1)
 
 
 def context_lengths(offsets: np.ndarray, doc_offsets: np.ndarray, index: np.ndarray,
