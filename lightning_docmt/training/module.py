@@ -62,7 +62,11 @@ class DocMTModule(pl.LightningModule):
         """The registered model of `model_cfg.arch`, built from its typed config dataclass."""
         entry = get_arch(model_cfg.arch)
         typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(entry.config_class), model_cfg))
-        return entry.model_class(typed, src_vocab_size, tgt_vocab_size)
+        model = entry.model_class(typed, src_vocab_size, tgt_vocab_size)
+        if model.output.bias is not None:  # the fused output loss (`output_loss.py`) has no bias term
+            raise TypeError(f"{entry.model_class.__name__}.output has a bias; the output projection "
+                            f"must be bias-free (nn.Linear(..., bias=False))")
+        return model
 
     # ------------------------------------------------------------------ training
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -33,7 +33,9 @@ def output_label_smoothed_nll(hidden: Tensor, weight: Tensor, target: Tensor, ep
                               pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
     """hidden (B, T, D), output weight (V, D), target (B, T) -> (smoothed loss sum, nll sum, tokens).
 
-    Only the smoothed loss carries a gradient; the NLL sum is for logging.
+    Only the smoothed loss carries a gradient; the NLL sum is for logging. Gradients are computed
+    (in the forward pass) only in grad mode: under `torch.no_grad()` / inference mode, as in
+    validation and test, only the values are, even though the parameters still require grad.
     """
     mask = target.ne(pad_id)  # (B, T)
     tokens = hidden[mask]  # (N, D): padding positions contribute nothing, so they are not computed
@@ -42,7 +44,8 @@ def output_label_smoothed_nll(hidden: Tensor, weight: Tensor, target: Tensor, ep
         compute_dtype = torch.get_autocast_dtype(device_type)
     else:
         compute_dtype = torch.promote_types(hidden.dtype, weight.dtype)
-    loss, nll = _FusedOutputLoss.apply(tokens, weight, target[mask], eps, compute_dtype)
+    loss, nll = _FusedOutputLoss.apply(tokens, weight, target[mask], eps, compute_dtype,
+                                       torch.is_grad_enabled())
     return loss, nll, mask.sum()
 
 
@@ -51,10 +54,12 @@ class _FusedOutputLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, eps: float,
-                compute_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+                compute_dtype: torch.dtype, grad_enabled: bool) -> tuple[Tensor, Tensor]:
         vocab = weight.size(0)
         smooth = eps / (vocab - 1)
-        want_hidden_grad, want_weight_grad = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        # `needs_input_grad` follows `requires_grad` even under no_grad: grad mode decides too
+        want_hidden_grad = grad_enabled and ctx.needs_input_grad[0]
+        want_weight_grad = grad_enabled and ctx.needs_input_grad[1]
         chunk = max(1, CHUNK_ELEMENTS // vocab)
         with torch.autocast(hidden.device.type, enabled=False), torch.no_grad():
             h_all = hidden.to(compute_dtype)
@@ -93,4 +98,4 @@ class _FusedOutputLoss(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         grad_h = grad_hidden * grad_loss.to(grad_hidden.dtype) if grad_hidden is not None else None
         grad_w = (grad_weight * grad_loss).to(ctx.weight_dtype) if grad_weight is not None else None
-        return grad_h, grad_w, None, None, None
+        return grad_h, grad_w, None, None, None, None
