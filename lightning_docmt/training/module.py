@@ -84,13 +84,26 @@ class DocMTModule(pl.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss_sum, nll_sum, ntok = self.loss_terms(batch)
         ntok_f = ntok.clamp(min=1).float()
-        loss = loss_sum / ntok_f
         bsz = int(batch["src"].size(0))
-        self.log("train/loss", loss, prog_bar=True, batch_size=bsz)
+        self.log("train/loss", loss_sum.detach() / ntok_f, prog_bar=True, batch_size=bsz)
         self.log("train/nll", nll_sum / ntok_f, batch_size=bsz)
         self.log("train/tokens", ntok_f, reduce_fx="sum", batch_size=bsz)
         self._train_tokens = self._train_tokens + ntok.detach()  # no host sync per step
-        return loss
+        return self.normalised_loss(loss_sum, ntok)
+
+    def normalised_loss(self, loss_sum: torch.Tensor, ntok: torch.Tensor) -> torch.Tensor:
+        """The loss whose gradient is the per-token gradient over the whole step, on every rank.
+
+        fairseq's normalisation: the summed loss over the number of target tokens of the step on
+        ALL ranks. DDP averages gradients over the W ranks, so each rank returns
+        W * loss_sum / global_tokens; the average is then sum_r loss_sum_r / global_tokens, the
+        gradient of the union batch. Dividing by a rank's own count instead would weight a token on
+        a rank with few tokens more than one on a rank with many. With gradient accumulation each
+        micro-batch is normalised by its own step-wide count and Lightning averages the micro-batches.
+        """
+        world = self.trainer.world_size
+        global_tokens = self.trainer.strategy.reduce(ntok.detach().float(), reduce_op="sum")
+        return loss_sum * world / global_tokens.clamp(min=1.0)
 
     # The training clock runs from the start to the end of the training loop, stopped during
     # validation (which runs inside it); sanity checking happens before it starts.
