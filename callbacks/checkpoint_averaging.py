@@ -25,6 +25,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
+from lightning_docmt.checkpoints import read_checkpoint
 from lightning_docmt.errors import DocMTInputError
 
 RULES = ("best_contiguous", "last")
@@ -191,38 +192,26 @@ class CheckpointAveraging(pl.Callback):
 
 
 # ---------------------------------------------------------------------- `docmt average`
-def _read_checkpoint(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise DocMTInputError("no such checkpoint", path=path)
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except Exception as err:  # any unreadable file is bad input, whatever the unpickler raised
-        raise DocMTInputError(f"not a checkpoint ({type(err).__name__})", path=path) from None
-    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
-        raise DocMTInputError("not a Lightning checkpoint (no state_dict)", path=path)
-    return checkpoint
-
-
 def average_checkpoints(paths: Sequence[Path], out: Path) -> dict[str, Any]:
     """Average the `state_dict` of Lightning checkpoints into `out` (written atomically).
 
     The newest checkpoint (highest `global_step`, the later argument on ties) gives everything else:
     hyper-parameters, packed vocabularies, integer buffers. Checkpoints are read one at a time.
     """
-    steps = [int(_read_checkpoint(Path(p)).get("global_step", 0)) for p in paths]
+    steps = [int(read_checkpoint(Path(p), mmap=True).get("global_step", 0)) for p in paths]
     ordered = [Path(p) for _, _, p in sorted(zip(steps, range(len(paths)), paths))]
     current: list[Path] = []
 
     def states() -> Iterator[dict[str, torch.Tensor]]:
         for path in ordered:
             current[:] = [path]
-            yield _read_checkpoint(path)["state_dict"]
+            yield read_checkpoint(path, mmap=True)["state_dict"]
 
     try:
         averaged = average_state_dicts(states())
     except DocMTInputError as err:
         raise DocMTInputError(str(err), path=current[0]) from None
-    checkpoint = _read_checkpoint(ordered[-1])
+    checkpoint = read_checkpoint(ordered[-1])
     checkpoint["state_dict"] = averaged
     checkpoint["averaged_from"] = [str(p) for p in ordered]
     out.parent.mkdir(parents=True, exist_ok=True)

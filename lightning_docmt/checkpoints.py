@@ -1,16 +1,79 @@
-"""What a lightning_docmt checkpoint carries besides the weights, in one place for training and inference.
+"""Reading and writing lightning_docmt checkpoints, in one place for training and inference.
 
-`DocMTModule.on_save_checkpoint` packs the vocabularies into every checkpoint (`VOCAB_KEY`), so that
-`docmt translate` / `docmt contrastive` need nothing but the checkpoint file; the resolved config
-travels as Lightning's `hyper_parameters`.
+What a checkpoint carries besides the weights: `DocMTModule.on_save_checkpoint` packs the
+vocabularies into every checkpoint (`VOCAB_KEY`), so that `docmt translate` / `docmt contrastive`
+need nothing but the checkpoint file; the resolved config travels as Lightning's
+`hyper_parameters` (plain dicts, lists, strings and numbers).
+
+Loading never executes code: `read_checkpoint` unpickles with `weights_only=True`, which admits
+only tensors and plain containers and refuses any other object (a tampered file that would run
+code on load is one error line, before anything from it is used). Everything our checkpoints hold
+is of those types, so no class needs allow-listing. `load_state` puts weights into a model
+strictly: every key and shape must match, so a mismatched checkpoint is an error, never a model
+with some parameters left at their random initialisation.
 """
 
 from __future__ import annotations
 
+import pickle
+import re
 import tempfile
 from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
 
 from lightning_docmt.data.vocab import Vocabulary, load_vocabularies
+from lightning_docmt.errors import DocMTInputError
+
+MAX_KEYS_SHOWN = 3  # offending keys named in a mismatch error
+UNSAFE_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")  # torch's weights_only refusal
+
+
+def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
+    """The checkpoint dict in `path`, loaded without executing code; bad files are `DocMTInputError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise DocMTInputError("no such checkpoint", path=path)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as err:
+        refused = UNSAFE_GLOBAL.search(str(err))
+        if refused is None:  # the restricted unpickler met bytes that are no pickle at all
+            raise DocMTInputError("not a checkpoint (unreadable pickle)", path=path) from None
+        raise DocMTInputError(f"refused: the file would call {refused.group(1)} when loaded (only "
+                              f"tensors and plain data are read)", path=path) from None
+    except Exception as err:  # a truncated archive, random bytes: not a checkpoint
+        raise DocMTInputError(f"not a checkpoint ({type(err).__name__})", path=path) from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        raise DocMTInputError("not a Lightning checkpoint (no state_dict)", path=path)
+    return checkpoint
+
+
+def load_state(module: nn.Module, state: dict[str, torch.Tensor], path: str | Path, *,
+               allow_missing: bool = False, key: str | None = None) -> list[str]:
+    """Load `state` into `module`: every key of `state` must exist in `module` with the same shape,
+    and every key of `module` must be in `state` unless `allow_missing` (a stage initialised from
+    an earlier stage's checkpoint gets new parameters, e.g. Zhang et al.'s theta_d). Returns the
+    missing keys; any mismatch is one `DocMTInputError` naming the file and the first keys."""
+    own = module.state_dict()
+    problems = []
+    unexpected = [k for k in state if k not in own]
+    if unexpected:
+        problems.append(f"{len(unexpected)} unexpected keys ({', '.join(unexpected[:MAX_KEYS_SHOWN])})")
+    mismatched = [f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}"
+                  for k in state if k in own and state[k].shape != own[k].shape]
+    if mismatched:
+        problems.append(f"{len(mismatched)} shape mismatches ({', '.join(mismatched[:MAX_KEYS_SHOWN])})")
+    missing = [k for k in own if k not in state]
+    if missing and not allow_missing:
+        problems.append(f"{len(missing)} missing keys ({', '.join(missing[:MAX_KEYS_SHOWN])})")
+    if problems:
+        raise DocMTInputError(f"checkpoint does not fit the configured model: {'; '.join(problems)}",
+                              path=path, key=key)
+    module.load_state_dict(state, strict=not allow_missing)
+    return missing
 
 VOCAB_KEY = "docmt_vocab"
 

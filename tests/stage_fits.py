@@ -47,7 +47,7 @@ def fit_stage(cfg: DictConfig, name: str, out_dir: Path, *, init_from: Path | No
     datamodule.setup("fit")
     module = train.build_module(scfg, datamodule)
     if init_from is not None:
-        train.load_weights(module, init_from)
+        train.load_weights(module, init_from, init_from=f"train.stages.{name}.init_from")
     trainer, _ = train.build_trainer(scfg, name, out_dir)
     trainer.callbacks.extend(callbacks)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)

@@ -21,7 +21,7 @@ from lightning_docmt.data.cache import BinarizedSplit, build_cache, load_cache
 from lightning_docmt.data.collate import collate, row_lengths
 from lightning_docmt.data.sampler import TokenBudgetBatchSampler
 from lightning_docmt.data.types import Document
-from lightning_docmt.checkpoints import VOCAB_KEY, unpack_vocabularies
+from lightning_docmt.checkpoints import VOCAB_KEY, load_state, read_checkpoint, unpack_vocabularies
 from lightning_docmt.data.vocab import Vocabulary
 from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.errors import DocMTInputError
@@ -40,17 +40,17 @@ class LoadedModel:
 
 
 def load_checkpoint(path: str | Path) -> LoadedModel:
+    """The model, config and vocabularies of a self-contained checkpoint (read without running code,
+    loaded strictly: a checkpoint whose weights do not fit its own config is an error)."""
     path = Path(path)
-    if not path.is_file():
-        raise DocMTInputError("no such checkpoint", path=path)
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    ckpt = read_checkpoint(path)
     if VOCAB_KEY not in ckpt or "hyper_parameters" not in ckpt:
         raise DocMTInputError("not a lightning_docmt checkpoint (no config or vocabulary inside)",
                               path=path)
     hparams = ckpt["hyper_parameters"]
     cfg = OmegaConf.create(hparams["config"])
     module = DocMTModule(**hparams)
-    module.load_state_dict(ckpt["state_dict"])
+    load_state(module, ckpt["state_dict"], path)
     module.eval()
     src_vocab, tgt_vocab = unpack_vocabularies(ckpt[VOCAB_KEY])
     return LoadedModel(module, cfg, src_vocab, tgt_vocab)

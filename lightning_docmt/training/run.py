@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging, check_average_config
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
+from lightning_docmt.checkpoints import load_state, read_checkpoint
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.evaluation.contrastive import configured_suites, suite_metrics
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
@@ -105,17 +106,14 @@ def build_module(scfg: DictConfig, datamodule: DocumentWindowDataModule, step_of
                        step_offset=step_offset, lr_override=lr_override)
 
 
-def load_weights(module: DocMTModule, checkpoint: Path) -> dict[str, list[str]]:
-    """Initialise from another stage: new parameters may be missing, nothing may be unexpected."""
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)["state_dict"]
-    own = module.state_dict()
-    mismatched = [k for k, v in state.items() if k in own and own[k].shape != v.shape]
-    unexpected = [k for k in state if k not in own]
-    if mismatched or unexpected:
-        raise DocMTInputError(f"cannot initialise from {checkpoint}: unexpected {unexpected[:5]}, "
-                              f"shape mismatch {mismatched[:5]}", key="init_from")
-    result = module.load_state_dict(state, strict=False)
-    return {"missing": list(result.missing_keys)}
+def load_weights(module: DocMTModule, checkpoint: Path, *, init_from: str | None = None) -> list[str]:
+    """Load a checkpoint's weights strictly (`checkpoints.load_state`); returns the missing keys.
+
+    `init_from`: the key of a stage initialised from `checkpoint`, whose new parameters may be
+    missing from it (nothing may be unexpected or of another shape). Otherwise every key must match.
+    """
+    state = read_checkpoint(checkpoint)["state_dict"]
+    return load_state(module, state, checkpoint, allow_missing=init_from is not None, key=init_from)
 
 
 def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, StageResult]
@@ -143,7 +141,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     step_offset = init.global_step if (init and stage.continue_schedule) else 0
     module = build_module(scfg, datamodule, step_offset=step_offset, lr_override=stage.lr)
     if init_ckpt is not None:
-        missing = load_weights(module, init_ckpt)["missing"]
+        missing = load_weights(module, init_ckpt, init_from=f"train.stages.{name}.init_from")
         progress(f"stage '{name}': initialised from {init_ckpt} ({len(missing)} new tensors)")
 
     stage_dir = run_dir / name
@@ -157,7 +155,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     if trainer.is_global_zero:
         store.mkdir(parents=True, exist_ok=True)
         tmp = store / "final.ckpt.tmp"
-        torch.save(torch.load(best, map_location="cpu", weights_only=False), tmp)
+        torch.save(read_checkpoint(best), tmp)
         os.replace(tmp, store / "final.ckpt")
         info = {"global_step": trainer.global_step, "best": str(best), "stage": name,
                 "seconds": round(time.time() - started, 1),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import torch
+from lightning_docmt.checkpoints import read_checkpoint
 
 TRAIN_SPEED_KEY = "docmt_train_speed"  # {"target_tokens": int, "seconds": float} in a checkpoint
 TRAIN_SPEED_METRIC = "speed/train_tokens_per_s"
@@ -52,7 +52,7 @@ def rate(count: float, seconds: float) -> float:
 def train_speed_metrics(checkpoint: str | Path) -> dict[str, float]:
     """`{TRAIN_SPEED_METRIC: tokens/s}` of the training stored in a checkpoint; `{}` when the
     checkpoint carries no figure (e.g. one made by `docmt average`)."""
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
+    state = read_checkpoint(checkpoint, mmap=True)
     stored = state.get(TRAIN_SPEED_KEY)
     if not stored:
         return {}
