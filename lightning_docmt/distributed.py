@@ -1,7 +1,9 @@
 """Which process of a distributed launch this is, known before any process group exists.
 
 Lightning's `ddp` strategy starts local ranks 1..N-1 by re-running the command with `LOCAL_RANK`
-set; cluster launchers (torchrun, SLURM, jsrun) set their own rank variables. Code that runs
+set; cluster launchers (torchrun, SLURM, jsrun) set their own rank variables. The process group
+that the first `Trainer` of a run opens stays open until the process exits, so a command can meet
+its other ranks again after training (`barrier`, `agree_on_exit_status`). Code that runs
 before `trainer.fit` (run directories, saved configs, run records, table reports) asks this so
 that only global rank zero writes, while every rank still trains. Every rank shares the terminal:
 `progress` prints a status line in one write, so that the lines of two ranks never interleave.
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
+
+import torch
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 
@@ -25,3 +29,28 @@ def progress(message: str) -> None:
     two ranks printing at once could produce a line holding both and an empty line)."""
     sys.stdout.write(f"[docmt] {message}\n")
     sys.stdout.flush()
+
+
+def _world() -> int:
+    return torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+
+
+def barrier() -> None:
+    """Wait for every rank (a no-op outside a distributed run)."""
+    if _world() > 1:
+        torch.distributed.barrier()
+
+
+def agree_on_exit_status(status: int) -> int:
+    """The exit status of a command on every rank: the first non-zero status of any rank.
+
+    Every rank of a DDP command calls this once at its end. Rank zero therefore stays alive until
+    every other rank has finished its command; a rank that dies instead (an exception) never
+    arrives, and Lightning's launcher, which watches the ranks it started, then kills rank zero:
+    its exit status is non-zero either way. Outside a distributed run: `status`.
+    """
+    if _world() == 1:
+        return status
+    statuses = [0] * _world()
+    torch.distributed.all_gather_object(statuses, status)
+    return next((s for s in statuses if s != 0), 0)

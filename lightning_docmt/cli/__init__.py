@@ -14,6 +14,7 @@ from typing import Callable
 
 from lightning_docmt.cli import commands
 from lightning_docmt.cli.parser import build_parser
+from lightning_docmt.distributed import agree_on_exit_status
 from lightning_docmt.errors import DocMTInputError
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -46,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        return COMMANDS[args.command](args)
+        status = COMMANDS[args.command](args)
     except DocMTInputError as err:
         print(f"docmt {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        status = 2
+    return agree_on_exit_status(status)  # under DDP: rank zero fails when any rank does

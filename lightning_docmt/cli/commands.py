@@ -61,12 +61,14 @@ def fit_command(args: argparse.Namespace) -> int:
     record = tables.execute_run(cfg, run_dir, run_metrics, row=args.row, seed=cfg.train.seed)
     if record.error:
         raise DocMTInputError(f"row '{args.row}' failed: {record.error} (log: {record.log_path})")
-    print(run_dir)
+    if is_global_zero():
+        print(run_dir)
     return 0
 
 
 def test_command(args: argparse.Namespace) -> int:
     from lightning_docmt.config import composition as config_lib
+    from lightning_docmt.distributed import is_global_zero
     from lightning_docmt.training.run import test_checkpoint
 
     run = Path(args.run)
@@ -81,7 +83,9 @@ def test_command(args: argparse.Namespace) -> int:
         ckpt = Path(json.loads(record.read_text())["checkpoint"])
     if not ckpt.is_file():
         raise DocMTInputError("no such checkpoint", path=ckpt)
-    print_mapping(test_checkpoint(cfg, ckpt, run_dir), as_json=args.json)
+    scores = test_checkpoint(cfg, ckpt, run_dir)
+    if is_global_zero():  # the run's other DDP ranks run the same command
+        print_mapping(scores, as_json=args.json)
     return 0
 
 

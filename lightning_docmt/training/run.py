@@ -36,7 +36,7 @@ from lightning_docmt.checkpoints import load_state, read_checkpoint
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.evaluation.contrastive import configured_suites, suite_metrics
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
-from lightning_docmt.distributed import is_global_zero, progress
+from lightning_docmt.distributed import barrier, is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.translate import LoadedModel
 from lightning_docmt.training.module import DocMTModule
@@ -211,6 +211,21 @@ def make_run_dir(cfg: DictConfig) -> Path:
 def fit_run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
     """Check the stages, train every stage of `train.schedule`, then test the final model.
     Returns the run dir."""
+    return fit_and_test(cfg, run_dir)[0]
+
+
+def run_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
+    """The table runner's `run_row`: train and test one row into `run_dir`, return its metrics."""
+    return fit_and_test(cfg, run_dir)[1]
+
+
+def fit_and_test(cfg: DictConfig, run_dir: Path | None = None) -> tuple[Path, dict[str, float]]:
+    """`fit_run`, returning the run dir and the test metrics on every rank.
+
+    Every rank gets the metrics from its own test loop (the contrastive accuracies only on global
+    rank zero, which computes and writes them), so no rank reads a file another rank writes. Under
+    DDP the ranks meet at a barrier once rank zero has written the run's records.
+    """
     check_stages(cfg)
     suites = configured_suites(cfg)
     run_dir = Path(run_dir) if run_dir is not None else make_run_dir(cfg)
@@ -228,12 +243,8 @@ def fit_run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
     if writer:
         (run_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
         (run_dir / "metrics.json").write_text(json.dumps(scores, indent=1) + "\n")
-    return run_dir
-
-
-def run_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
-    """The table runner's `run_row`: train and test one row into `run_dir`, return its metrics."""
-    return json.loads((fit_run(cfg, run_dir) / "metrics.json").read_text())
+    barrier()
+    return run_dir, scores
 
 
 def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,

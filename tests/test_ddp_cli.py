@@ -1,0 +1,43 @@
+"""DDP through the command line, as the README shows it: 2 CPU processes (gloo) finish cleanly on
+both ranks and exit 0; a rank that fails makes the command fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.test_ddp import LAUNCH_VARIABLES, REPO
+
+DOCMT = Path(sys.executable).parent / "docmt"
+README_DDP = ["fit", str(REPO / "experiments" / "demo.yaml"), "--row", "transformer", "--profile", "tiny",
+              "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"]
+SHORT = ["train.max_steps=6", "train.val_every_steps=6", "data.corpus=synthetic:tiny"]
+
+
+def launch(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
+    environ.update(WANDB_MODE="disabled", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **env)
+    return subprocess.run(argv, cwd=cwd, env=environ, capture_output=True, text=True, timeout=300)
+
+
+def test_the_readme_ddp_command_finishes_cleanly_on_both_ranks(tmp_path):
+    done = launch([str(DOCMT), *README_DDP, *SHORT, f"data.cache_dir={tmp_path / 'cache'}"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr[-3000:]
+    printed = [line for line in done.stdout.splitlines() if not line.startswith("[")]
+    run_dir = tmp_path / "results" / "demo" / "transformer" / "seed1"
+    assert printed == [str(run_dir.relative_to(tmp_path))]  # rank zero alone prints the run dir
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["test/bleu"] >= 0 and "contrastive/accuracy" not in metrics
+    assert not (run_dir / "error.json").exists()
+
+
+def test_a_rank_that_fails_after_training_fails_the_command(tmp_path):
+    script = REPO / "tests" / "ddp_failing_rank_script.py"
+    done = launch([sys.executable, str(script), *README_DDP, *SHORT, f"data.cache_dir={tmp_path / 'cache'}"],
+                  tmp_path, FAIL_RANK="1")
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert "rank 1 fails after its test" in done.stderr
