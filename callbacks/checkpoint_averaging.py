@@ -113,13 +113,17 @@ class Snapshot:
 
 
 class CheckpointAveraging(pl.Callback):
-    """Keeps the weights of every validation on disk; at fit end averages N of them, validates the
-    average and saves it as a Lightning checkpoint (`checkpoint_path`).
+    """Keeps the trainable weights of every validation on disk; once `fit` has returned,
+    `average_and_validate` averages N of them, validates the average and saves it as a Lightning
+    checkpoint (`checkpoint_path`).
 
     Only the snapshots that can still be chosen stay on disk: the best window so far and the last
-    n-1 (a later window may still include them); at most 2n-1 files. Snapshots are written by global
-    rank zero and read by every rank, so the stage directory must be shared by the ranks. The
-    validation of the average is logged like any other, at the stage's last step.
+    n-1 (a later window may still include them); at most 2n-1 files. A snapshot holds the tensors
+    that train at that moment: frozen ones cannot differ between snapshots, and the average takes
+    them (and any tensor not trainable in every snapshot of the window, e.g. one unfrozen by a
+    milestone inside it) from the final model. Snapshots are written by global rank zero and read
+    by every rank, so the stage directory must be shared by the ranks. The window survives a resume
+    (`state_dict`), and a resumed fit checks that its snapshot files are still there.
     """
 
     # NOT IN PAPER: with `eval.valid_bleu=false` the monitored score is the validation loss (mode min)
@@ -132,7 +136,7 @@ class CheckpointAveraging(pl.Callback):
         self.monitor = monitor
         self.sign = 1.0 if mode == "max" else -1.0
         self.snapshots: list[Snapshot] = []
-        self.result: dict[str, Any] | None = None  # set at fit end: steps, scores, val metrics
+        self.result: dict[str, Any] | None = None  # set by average_and_validate: steps, scores, val metrics
 
     @property
     def checkpoint_path(self) -> Path:
@@ -149,7 +153,8 @@ class CheckpointAveraging(pl.Callback):
         path = self.directory / f"step{trainer.global_step:09d}.pt"
         if trainer.is_global_zero:
             self.directory.mkdir(parents=True, exist_ok=True)
-            _save_atomically({k: v.detach().cpu().clone() for k, v in pl_module.state_dict().items()}, path)
+            trainable = {n: p.detach().cpu().clone() for n, p in pl_module.named_parameters() if p.requires_grad}
+            _save_atomically(trainable, path)
         self.snapshots.append(Snapshot(trainer.global_step, self.sign * float(value), str(path)))
         self._prune(trainer)
 
@@ -165,14 +170,16 @@ class CheckpointAveraging(pl.Callback):
                     Path(s.path).unlink(missing_ok=True)
                 s.path = None
 
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Average the chosen window, validate it, save it as a normal Lightning checkpoint."""
-        if not self.snapshots:
-            return
+    def average_and_validate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
+        """After `trainer.fit` has returned: load the average of the chosen window into `pl_module`,
+        validate it (a `trainer.validate` of its own, logged like any validation) and save it as a
+        normal Lightning checkpoint. Returns `result` (window steps, scores, validation metrics)."""
         window = self._window()
         trainer.strategy.barrier("checkpoint averaging")  # rank zero has written every snapshot
-        pl_module.load_state_dict(average_state_dicts(
-            torch.load(s.path, map_location="cpu", weights_only=True) for s in window))
+        snapshots = [torch.load(s.path, map_location="cpu", weights_only=True) for s in window]
+        shared = set.intersection(*(set(s) for s in snapshots))  # trainable in every snapshot
+        averaged = average_state_dicts({k: s[k] for k in shared} for s in snapshots)
+        pl_module.load_state_dict({**pl_module.state_dict(), **averaged})
         metrics = trainer.validate(pl_module, datamodule=trainer.datamodule, verbose=False)
         tmp = self.checkpoint_path.with_name(self.checkpoint_path.name + ".tmp")
         trainer.save_checkpoint(tmp, weights_only=True)
@@ -183,12 +190,19 @@ class CheckpointAveraging(pl.Callback):
             os.replace(tmp, self.checkpoint_path)
             (self.directory / "average.json").write_text(json.dumps(self.result, indent=1) + "\n")
         trainer.strategy.barrier("checkpoint averaging done")
+        return self.result
 
     def state_dict(self) -> dict[str, Any]:
         return {"snapshots": [asdict(s) for s in self.snapshots]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the window on resume; every snapshot that can still be chosen must exist."""
         self.snapshots = [Snapshot(**s) for s in state_dict["snapshots"]]
+        lost = [s.path for s in self.snapshots if s.path is not None and not Path(s.path).is_file()]
+        if lost:
+            raise DocMTInputError(f"cannot resume checkpoint averaging: {len(lost)} snapshot files are "
+                                  f"gone (first: {lost[0]}); resume in the stage directory that wrote "
+                                  f"them, or restart the stage", key="train.average")
 
 
 # ---------------------------------------------------------------------- `docmt average`

@@ -49,6 +49,10 @@ def fit_command(args: argparse.Namespace) -> int:
     from lightning_docmt.tables.spec import compose_file, load_table
     from lightning_docmt.training.run import fit_run, run_metrics
 
+    if args.resume is not None:
+        return _resume_fit(args)
+    if args.config is None:
+        raise DocMTInputError("docmt fit needs a config file (or --resume RUN_DIR)")
     cfg = compose_file(Path(args.config), _overrides(args), row=args.row, profile=args.profile,
                        seed=args.seed)
     if args.row is None:
@@ -61,6 +65,28 @@ def fit_command(args: argparse.Namespace) -> int:
     record = tables.execute_run(cfg, run_dir, run_metrics, row=args.row, seed=cfg.train.seed)
     if record.error:
         raise DocMTInputError(f"row '{args.row}' failed: {record.error} (log: {record.log_path})")
+    if is_global_zero():
+        print(run_dir)
+    return 0
+
+
+def _resume_fit(args: argparse.Namespace) -> int:
+    """`docmt fit --resume RUN_DIR`: the run's own `config.yaml`, nothing else, so that the resumed
+    stages have the keys of the interrupted ones (finished stages come from the stage cache, the
+    interrupted one continues from its newest checkpoint)."""
+    from lightning_docmt.config import composition as config_lib
+    from lightning_docmt.distributed import is_global_zero
+    from lightning_docmt.training.run import fit_run
+
+    extra = [a for a in (args.config, args.row, args.seed, args.profile) if a is not None] + args.overrides
+    if extra:
+        raise DocMTInputError(f"--resume takes only the run directory (its config.yaml is the run's "
+                              f"config), got also '{extra[0]}'")
+    run_dir = Path(args.resume)
+    if not (run_dir / "config.yaml").is_file():
+        raise DocMTInputError("not a run directory (no config.yaml)", path=run_dir)
+    cfg = config_lib.compose(run_dir / "config.yaml", [])
+    fit_run(cfg, run_dir, resume=True)
     if is_global_zero():
         print(run_dir)
     return 0

@@ -20,8 +20,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile")
 
     p = sub.add_parser("fit", help="train every stage of one run; print the run dir")
-    p.add_argument("config", help="an experiment/table YAML or a run's config.yaml")
+    p.add_argument("config", nargs="?", help="an experiment/table YAML or a run's config.yaml")
     p.add_argument("overrides", nargs="*")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue an interrupted run in RUN_DIR with its own config.yaml")
     p.add_argument("--row", help="a row of a table YAML")
     p.add_argument("--seed", type=int)
     p.add_argument("--profile")

@@ -163,6 +163,7 @@ class TrainConfig:
     max_epochs: Optional[int] = None
     max_time_minutes: Optional[float] = None
     val_every_steps: Optional[int] = None
+    checkpoint_every_steps: int = 500  # a resumable `resume.ckpt` every N steps (0: only at validation)
     early_stop_patience: int = 0  # 0: off
     accumulate: int = 1
     precision: str = "auto"  # auto: bf16-mixed on CUDA with bf16 support, else 32-true; fast: also

@@ -23,6 +23,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
+import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
@@ -111,8 +112,11 @@ class DocumentWindowDataModule(pl.LightningDataModule):
 
     def _loader(self, split: BinarizedSplit, sampler: ShardedBatchSampler) -> DataLoader:
         workers = self.data_cfg.num_workers
+        # A generator of its own: starting an iteration draws the workers' base seed from it, not
+        # from the global RNG, so validating or resuming mid-epoch leaves the dropout stream alone.
         return DataLoader(WindowDataset(split, self.window), sampler=sampler, batch_size=None,
-                          num_workers=workers, persistent_workers=workers > 0)
+                          num_workers=workers, persistent_workers=workers > 0,
+                          generator=torch.Generator().manual_seed(self.seed))
 
     def train_dataloader(self) -> DataLoader:
         split = self.split("train")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -35,6 +36,9 @@ from lightning_docmt.nn.seq2seq import Seq2SeqModel
 from lightning_docmt.registry import get_arch
 from lightning_docmt.training.schedules import lr_lambda
 from lightning_docmt.training.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, Stopwatch, rate
+
+
+RNG_KEY = "docmt_rng"  # the random states in a checkpoint (torch CPU and CUDA, python)
 
 
 class DocMTModule(pl.LightningModule):
@@ -177,6 +181,19 @@ class DocMTModule(pl.LightningModule):
         tokens = self.trainer.strategy.reduce(tokens, reduce_op="sum")
         checkpoint[TRAIN_SPEED_KEY] = {"target_tokens": int(tokens),
                                        "seconds": self._train_clock.seconds}
+        checkpoint[RNG_KEY] = {"torch": torch.get_rng_state(), "python": random.getstate(),
+                               "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A resumed fit continues the random streams (dropout) where the checkpoint left them, so it
+        ends with the weights of an uninterrupted fit. Lightning does not restore them itself."""
+        state = checkpoint.get(RNG_KEY)
+        if state is None:  # a checkpoint written before random states were stored
+            return
+        torch.set_rng_state(state["torch"])
+        random.setstate(state["python"])
+        if state["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
 
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:

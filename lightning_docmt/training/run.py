@@ -43,9 +43,10 @@ from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.registry import get_arch
 from lightning_docmt.config.schema import ContextConfig, RunConfig
 from lightning_docmt.training.speed import train_speed_metrics
-from lightning_docmt.training.trainer import build_trainer, monitor_metric
+from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric
 
 STAGE_FORMAT_VERSION = 1
+STAGE_MARKER = "stage.json"  # {"key": stage key} in a stage's run directory: what may resume there
 RUN_DIR_VARIABLE = "DOCMT_RUN_DIR"  # rank zero's run directory, inherited by the ranks it launches
 
 
@@ -116,8 +117,25 @@ def load_weights(module: DocMTModule, checkpoint: Path, *, init_from: str | None
     return load_state(module, state, checkpoint, allow_missing=init_from is not None, key=init_from)
 
 
-def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, StageResult]
-              ) -> StageResult:
+def resumable_checkpoint(stage_dir: Path, key: str) -> Path | None:
+    """The newest checkpoint an interrupted stage left in `stage_dir` (the periodic `resume.ckpt` or
+    the validation `last.ckpt`, whichever is further on), if that stage had key `key`; else None."""
+    marker = stage_dir / STAGE_MARKER
+    if not marker.is_file() or json.loads(marker.read_text()).get("key") != key:
+        return None  # nothing there, or a stage of another config or code version
+    found = [p for p in (stage_dir / "checkpoints" / f"{RESUME_NAME}.ckpt", stage_dir / "checkpoints" / "last.ckpt")
+             if p.is_file()]
+    return max(found, key=lambda p: int(read_checkpoint(p).get("global_step", 0)), default=None)
+
+
+def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, StageResult],
+              resume: bool = False) -> StageResult:
+    """Train one stage into `<run_dir>/<name>/` (or reuse it from the stage cache).
+
+    `resume`: continue from the newest checkpoint an interrupted run of this very stage (same key)
+    left in its directory, with the sampler position, optimizer, schedule, frozen set and averaging
+    window it had; Lightning restores them from the checkpoint.
+    """
     scfg = stage_config(cfg, name)
     stage = scfg.train.stages[name]
     init = previous.get(stage.init_from) if stage.init_from in previous else None
@@ -145,13 +163,20 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         progress(f"stage '{name}': initialised from {init_ckpt} ({len(missing)} new tensors)")
 
     stage_dir = run_dir / name
+    checkpoint = resumable_checkpoint(stage_dir, key) if resume else None
+    if checkpoint is not None:
+        progress(f"stage '{name}': resuming from {checkpoint}")
     trainer, checkpointer = build_trainer(scfg, name, stage_dir)  # freezing: StagedUnfreezing
+    if trainer.is_global_zero:
+        stage_dir.mkdir(parents=True, exist_ok=True)
+        (stage_dir / STAGE_MARKER).write_text(json.dumps({"key": key}) + "\n")
     started = time.time()
-    trainer.fit(module, datamodule=datamodule)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
     best, best_score = checkpointer.best_model_path or checkpointer.last_model_path, checkpointer.best_model_score
     averaging = next((c for c in trainer.callbacks if isinstance(c, CheckpointAveraging)), None)
-    if averaging is not None and averaging.result is not None:  # the averaged model is the stage's
-        best, best_score = averaging.checkpoint_path, averaging.result["validation"].get(monitor_metric(scfg)[0])
+    if averaging is not None and averaging.snapshots:  # the averaged model is the stage's
+        result = averaging.average_and_validate(trainer, module)
+        best, best_score = averaging.checkpoint_path, result["validation"].get(monitor_metric(scfg)[0])
     if trainer.is_global_zero:
         store.mkdir(parents=True, exist_ok=True)
         tmp = store / "final.ckpt.tmp"
@@ -208,18 +233,21 @@ def make_run_dir(cfg: DictConfig) -> Path:
     return run_dir
 
 
-def fit_run(cfg: DictConfig, run_dir: Path | None = None) -> Path:
+def fit_run(cfg: DictConfig, run_dir: Path | None = None, resume: bool = False) -> Path:
     """Check the stages, train every stage of `train.schedule`, then test the final model.
-    Returns the run dir."""
-    return fit_and_test(cfg, run_dir)[0]
+    Returns the run dir. `resume`: continue the interrupted stage of an earlier fit into `run_dir`
+    (`run_stage`); finished stages come from the stage cache."""
+    return fit_and_test(cfg, run_dir, resume)[0]
 
 
 def run_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
-    """The table runner's `run_row`: train and test one row into `run_dir`, return its metrics."""
-    return fit_and_test(cfg, run_dir)[1]
+    """The table runner's `run_row`: train and test one row into `run_dir` (continuing what an
+    interrupted run of the same row left there), return its metrics."""
+    return fit_and_test(cfg, run_dir, resume=True)[1]
 
 
-def fit_and_test(cfg: DictConfig, run_dir: Path | None = None) -> tuple[Path, dict[str, float]]:
+def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = False
+                 ) -> tuple[Path, dict[str, float]]:
     """`fit_run`, returning the run dir and the test metrics on every rank.
 
     Every rank gets the metrics from its own test loop (the contrastive accuracies only on global
@@ -234,7 +262,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path | None = None) -> tuple[Path, di
         config_lib.save_config(cfg, run_dir)
     results: dict[str, StageResult] = {}
     for name in cfg.train.schedule:
-        results[name] = run_stage(cfg, name, run_dir, results)
+        results[name] = run_stage(cfg, name, run_dir, results, resume=resume)
     final = results[cfg.train.schedule[-1]]
     scores = test_checkpoint(stage_config(cfg, final.name), final.checkpoint, run_dir, suites)
     record = {"checkpoint": str(final.checkpoint),

@@ -27,6 +27,7 @@ from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
 
+RESUME_NAME = "resume"  # <stage dir>/checkpoints/resume.ckpt, rewritten every train.checkpoint_every_steps
 OWNED_KEYS = ("max_steps", "max_epochs", "max_time", "precision", "accumulate_grad_batches",
               "gradient_clip_val", "logger", "callbacks", "default_root_dir",
               "use_distributed_sampler", "val_check_interval")
@@ -122,6 +123,10 @@ def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_te
             kwargs["gradient_clip_val"] = train.optim.clip_norm
         if train.val_every_steps:
             kwargs.update(val_check_interval=train.val_every_steps, check_val_every_n_epoch=None)
+        if train.checkpoint_every_steps > 0:  # `docmt fit --resume` continues from the newest
+            callbacks.append(ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename=RESUME_NAME,
+                                             every_n_train_steps=train.checkpoint_every_steps,
+                                             save_top_k=1, enable_version_counter=False))
         callbacks.append(LearningRateMonitor(logging_interval="step"))
         if stage is not None:
             callbacks.append(StagedUnfreezing.from_stage(stage_name, stage))
