@@ -38,7 +38,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.config.composition import CONFIG_FILENAME, RESOLVED_KEY, save_config
-from lightning_docmt.distributed import is_global_zero
+from lightning_docmt.distributed import is_global_zero, progress
+from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.tables.report import (DONE, FAILED, FINISHED, INCOMPLETE, RunRecord,
                                           log_table_to_wandb, summarize, write_bar_chart,
@@ -186,10 +187,15 @@ def _record_on_disk(row: str, seed: int, run_dir: Path) -> RunRecord:
 
 
 def _check_reusable(planned: PlannedRun) -> None:
-    """A finished run is reused only if its saved config matches (outside REUSE_IGNORED_KEYS)."""
+    """A finished run is reused only if its saved config matches (outside REUSE_IGNORED_KEYS); one
+    that other code produced is reused with a warning naming the code it came from."""
     saved_path = planned.run_dir / CONFIG_FILENAME
     if not ((planned.run_dir / METRICS_FILE).is_file() and saved_path.is_file()):
         return
+    recorded = _read_json(planned.run_dir / METRICS_FILE).get(f"{ENV_PREFIX}code")
+    if recorded != code_fingerprint() and is_global_zero():
+        progress(f"warning: {planned.run_dir} was computed by other code (fingerprint {recorded}, now "
+                 f"{code_fingerprint()}); its numbers are reused: delete the folder to recompute them")
     saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
     saved.pop(RESOLVED_KEY, None)
     now = _flatten(OmegaConf.to_container(planned.cfg, resolve=True))

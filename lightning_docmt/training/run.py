@@ -38,12 +38,13 @@ from lightning_docmt.evaluation.contrastive import configured_suites, suite_metr
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.distributed import barrier, is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.provenance import code_fingerprint, environment_record, resolved_device
 from lightning_docmt.inference.translate import LoadedModel
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.registry import get_arch
 from lightning_docmt.config.schema import ContextConfig, RunConfig
 from lightning_docmt.training.speed import train_speed_metrics
-from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric
+from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric, resolve_precision
 
 STAGE_FORMAT_VERSION = 1
 STAGE_MARKER = "stage.json"  # {"key": stage key} in a stage's run directory: what may resume there
@@ -86,7 +87,9 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
 
 def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
     """Hash of everything that determines a stage's weights (worker counts, paths and the
-    contrastive suites evaluated after testing excluded)."""
+    contrastive suites evaluated after testing excluded): the config, the code (`provenance`: a
+    fix to the code never reuses a stage trained before it) and the precision and device the
+    stage resolves to here (`auto` means bf16 on one machine and float32 on another)."""
     plain = OmegaConf.to_container(scfg, resolve=True)
     data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir")}
     evaluation = {k: v for k, v in plain["eval"].items() if k != "contrastive"}
@@ -96,8 +99,16 @@ def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
                "context": plain["context"], "model": plain["model"], "eval": evaluation,
                "optim": plain["train"]["optim"], "seed": plain["train"]["seed"],
                "stage": plain["train"]["stages"][name], "limits": limits,
-               "trainer": plain["trainer"], "parent": parent_key}
+               "trainer": plain["trainer"], "parent": parent_key, "code": code_fingerprint(),
+               "resolved": resolved_settings(scfg)}
     return config_lib.config_hash(payload)
+
+
+def resolved_settings(cfg: DictConfig) -> dict[str, str]:
+    """The precision and device a run of `cfg` gets on this machine."""
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    return {"precision": resolve_precision(cfg.train.precision, accelerator),
+            "device": resolved_device(accelerator)}
 
 
 def build_module(scfg: DictConfig, datamodule: DocumentWindowDataModule, step_offset: int = 0,
@@ -276,10 +287,11 @@ def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = Fa
 
 
 def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
-                    suites: dict[str, list[dict]] | None = None) -> dict[str, float]:
+                    suites: dict[str, list[dict]] | None = None) -> dict[str, float | str]:
     """Test-set metrics of a checkpoint (beam search with `decode.*`), the training throughput it
-    stores, and its contrastive accuracies on `suites` (default: those of `eval.contrastive`;
-    computed on global rank zero only, the rank that writes them)."""
+    stores, its contrastive accuracies on `suites` (default: those of `eval.contrastive`; computed
+    on global rank zero only, the rank that writes them), and the provenance record of
+    `provenance.environment_record` (code, versions, resolved precision, device, threads)."""
     suites = configured_suites(cfg) if suites is None else suites
     datamodule = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context)
     datamodule.prepare_data()
@@ -289,8 +301,9 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
     module.output_dir = out_dir
     trainer, _ = build_trainer(cfg, None, out_dir / "test", for_test=True)
     results = trainer.test(module, datamodule=datamodule, verbose=False)
-    scores = {k: float(v) for k, v in results[0].items()} if results else {}
+    scores: dict[str, float | str] = {k: float(v) for k, v in results[0].items()} if results else {}
     scores.update(train_speed_metrics(checkpoint))
+    scores.update(environment_record(**resolved_settings(cfg)))
     if suites and is_global_zero():
         module.to(trainer.strategy.root_device).eval()  # the test loop left it on the CPU, training
         model = LoadedModel(module, cfg, datamodule.src_vocab, datamodule.tgt_vocab)
