@@ -53,4 +53,8 @@ def agree_on_exit_status(status: int) -> int:
         return status
     statuses = [0] * _world()
     torch.distributed.all_gather_object(statuses, status)
+    # Tear the process group down here, every rank at the same point, rather than at interpreter
+    # exit: a gloo rank whose peer has already exited can abort in its exit-time teardown
+    # ("terminate called without an active exception", status -6).
+    torch.distributed.destroy_process_group()
     return next((s for s in statuses if s != 0), 0)

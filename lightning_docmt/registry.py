@@ -18,6 +18,8 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
+from omegaconf import DictConfig, OmegaConf
+
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.schema import ModelConfig
 
@@ -82,6 +84,12 @@ def get_arch(name: str) -> ArchEntry:
     if entry is None:
         raise DocMTInputError(unknown_arch_message(name), key="model.arch")
     return entry
+
+
+def model_config(model_cfg: DictConfig) -> ModelConfig:
+    """`model.*` as the typed config dataclass of its architecture (what the model class is built from)."""
+    entry = get_arch(model_cfg.arch)
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(entry.config_class), model_cfg))
 
 
 def _qualified(cls: type) -> str:

@@ -4,8 +4,6 @@ fit (`train.average`), and `docmt average`."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -16,10 +14,10 @@ import torch
 
 from lightning_docmt.callbacks.checkpoint_averaging import average_state_dicts, select_window
 from lightning_docmt.training import run as train
-from lightning_docmt.cli import main
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.translate import VOCAB_KEY, load_checkpoint
+from tests.cli_run import docmt
 from tests.stage_fits import tiny_config, weights
 
 N_AVERAGED = 2
@@ -176,13 +174,6 @@ def test_only_snapshots_that_can_still_be_chosen_stay_on_disk(averaged_run):
 # ---------------------------------------------------------------------- docmt average
 
 
-def docmt(*argv: Any) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
 def test_docmt_average_averages_weights_and_keeps_the_rest_of_the_newest(averaged_run, tmp_path):
     source = torch.load(averaged_run["run_dir"] / "main" / "averaging" / "averaged.ckpt",
                         map_location="cpu", weights_only=False)
@@ -194,15 +185,15 @@ def test_docmt_average_averages_weights_and_keeps_the_rest_of_the_newest(average
         torch.save(checkpoint, tmp_path / f"s{step}.ckpt")
         variants.append(checkpoint)
     out = tmp_path / "avg" / "avg.ckpt"
-    code, stdout, stderr = docmt("average", tmp_path / "s30.ckpt", tmp_path / "s10.ckpt", "--out", out)
-    assert code == 0, stderr
+    outcome = docmt("average", tmp_path / "s30.ckpt", tmp_path / "s10.ckpt", "--out", out)
+    assert outcome.code == 0, outcome.err
     averaged = torch.load(out, map_location="cpu", weights_only=False)
     assert averaged["marker"] == "step30" and averaged["global_step"] == 30
     assert averaged[VOCAB_KEY] == source[VOCAB_KEY]
     for k, v in source["state_dict"].items():
         assert torch.equal(averaged["state_dict"][k], v * 2 if v.is_floating_point() else v + 30), k
     assert load_checkpoint(out).cfg == load_checkpoint(tmp_path / "s30.ckpt").cfg
-    assert str(out) in stdout and not list(out.parent.glob("*.tmp"))
+    assert str(out) in outcome.out and not list(out.parent.glob("*.tmp"))
 
 
 def test_docmt_average_rejects_bad_inputs_with_exit_2(averaged_run, tmp_path):
@@ -216,6 +207,6 @@ def test_docmt_average_rejects_bad_inputs_with_exit_2(averaged_run, tmp_path):
              (tmp_path / "narrow.ckpt", key)]
     out = tmp_path / "out.ckpt"
     for bad, culprit in cases:
-        code, _, stderr = docmt("average", good, bad, "--out", out)
-        assert code == 2 and len(stderr.splitlines()) == 1 and culprit in stderr, stderr
+        outcome = docmt("average", good, bad, "--out", out)
+        assert outcome.code == 2 and len(outcome.err.splitlines()) == 1 and culprit in outcome.err, outcome.err
         assert not out.exists() and not list(tmp_path.glob("*.tmp"))

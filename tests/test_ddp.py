@@ -8,6 +8,9 @@ by the tests below: stage `main` (two epochs, validation every few steps), then 
 `tune` from it that freezes all but `TUNE_TRAINABLE` and unfreezes `TUNE_MILESTONE` at step
 `TUNE_MILESTONE_STEP`, after DDP wrapped the model (callbacks/staged_unfreezing.py), then the run's test.
 
+Loss normalisation: `tests/ddp_grad_script.py` makes one DDP update on two batches with different
+numbers of target tokens; its gradient must be the single-process gradient of their union.
+
 Expected sentence counts come from the corpus itself (`read_corpus`), not from the pipeline.
 """
 
@@ -26,13 +29,18 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.distributed import RANK_VARIABLES, progress
 from lightning_docmt.training.run import RUN_DIR_VARIABLE
+from tests.ddp_grad_script import RANK_BATCHES
+from tests.ddp_grad_script import build_module as build_grad_module
+from tests.hook_stand_ins import PHASED, hook_archs  # noqa: F401 (fixture)
 from tests.run_checks import assert_test_bleu_rescores
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "ddp_fit_script.py"
+GRAD_SCRIPT = REPO / "tests" / "ddp_grad_script.py"
 CORPUS = "synthetic:tiny"
 WORLD = 2
 VAL_EVERY = 3
@@ -58,6 +66,14 @@ def sentence_count(split: str) -> int:
     return sum(len(d.src) for d in read_corpus(CORPUS).documents if d.split == split)
 
 
+def script_env() -> dict[str, str]:
+    """The environment of a DDP script: none of an enclosing launch's variables, one thread per
+    rank (two ranks on a small machine must not oversubscribe its cores), no wandb."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
+    env.update(PYTHONPATH=str(REPO), WANDB_MODE="disabled", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    return env
+
+
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> DDPRun:
     tmp = tmp_path_factory.mktemp("ddp")
@@ -69,10 +85,8 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> DDPRun:
                f"trainer.devices={WORLD}", "trainer.strategy=ddp", "trainer.accelerator=cpu",
                "train.max_steps=-1", "train.max_epochs=2", f"train.val_every_steps={VAL_EVERY}",
                "data.max_tokens=6000", TUNE_STAGE, "train.schedule=[main,tune]"]
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
-    # one thread per rank: two ranks on a small machine must not oversubscribe its cores
-    env.update(PYTHONPATH=str(REPO), WANDB_MODE="disabled", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(command, cwd=tmp, env=script_env(), capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, f"DDP fit failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     ranks = range(WORLD)
 
@@ -180,3 +194,44 @@ def test_progress_lines_are_written_whole(monkeypatch):
     monkeypatch.setattr(sys, "stdout", Recorder())
     progress("stage 'doc': initialised")
     assert writes == ["[docmt] stage 'doc': initialised\n", "<flush>"]
+
+
+# ---------------------------------------------------------------------- loss normalisation
+
+
+@pytest.fixture(scope="module", params=["transformer", PHASED])
+def ddp_update(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+               ) -> tuple[str, list[dict[str, dict[str, torch.Tensor]]]]:
+    """One update of `tests/ddp_grad_script.py` (automatic optimisation, and the optimizer phases'
+    manual optimisation): per rank, the initial weights and the update's gradients."""
+    out = tmp_path_factory.mktemp("ddp_grad")
+    proc = subprocess.run([sys.executable, str(GRAD_SCRIPT), str(out), request.param], cwd=out,
+                          env=script_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"DDP update failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return request.param, [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
+
+
+def union_batch(batches: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The rows of every batch in one batch, right-padded to the longest row of each key."""
+    def pad(x: torch.Tensor, width: int) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (0, width - x.size(1)), value=PAD_ID)  # (B, width)
+
+    return {key: torch.cat([pad(b[key], max(b[key].size(1) for b in batches)) for b in batches])
+            for key in batches[0]}
+
+
+def test_the_ddp_gradient_is_the_single_process_gradient_of_the_union_batch(ddp_update, hook_archs):
+    """The ranks' batches hold 9 and 26 target tokens: dividing each rank's loss by its own tokens
+    (and DDP averaging) would weigh rank 0's tokens about 3x; the global count does not."""
+    arch, ranks = ddp_update
+    tokens = [int(b["tgt_out"].ne(PAD_ID).sum()) for b in RANK_BATCHES]
+    assert tokens == [9, 26]
+    assert all(torch.equal(ranks[0]["grads"][n], ranks[1]["grads"][n]) for n in ranks[0]["grads"])
+    module = build_grad_module(arch)
+    module.model.load_state_dict(ranks[0]["initial"])
+    loss_sum, _, ntok = module.loss_terms(union_batch(RANK_BATCHES))
+    (loss_sum / ntok).backward()
+    expected = {n: p.grad for n, p in module.model.named_parameters() if p.grad is not None}
+    assert sorted(ranks[0]["grads"]) == sorted(expected)
+    for name, grad in expected.items():
+        assert torch.allclose(ranks[0]["grads"][name], grad, rtol=0, atol=1e-6), name

@@ -8,10 +8,7 @@ alone) has a run of its own. Expected counts come from the corpus and the input 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Iterator
@@ -21,11 +18,11 @@ import torch
 
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.training import run as train
-from lightning_docmt.cli import main
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.synthetic import write_contrastive_suite
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
 from lightning_docmt.training.speed import DECODE_SPEED_METRIC
+from tests.cli_run import docmt, run_dir_of
 from tests.run_checks import assert_test_bleu_rescores
 
 CORPUS = "synthetic:tiny"
@@ -47,25 +44,6 @@ train:
     s2: {{arch: zhang_doc, init_from: s1, trainable: {trainable}}}
   schedule: [s1, s2]
 """
-
-
-@dataclass
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-
-def docmt(*argv: Any) -> Outcome:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in argv])
-    return Outcome(code, out.getvalue(), err.getvalue())
-
-
-def run_dir_of(outcome: Outcome) -> Path:
-    assert outcome.code == 0, outcome.err
-    return Path(outcome.out.strip().splitlines()[-1])
 
 
 def read_json(path: Path) -> Any:

@@ -2,9 +2,13 @@
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from omegaconf import OmegaConf
+from torch.overrides import TorchFunctionMode
 
+from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
+from lightning_docmt.registry import ARCHS, ArchEntry
 from lightning_docmt.training import output_loss
+from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.losses import label_smoothed_nll
 from lightning_docmt.training.output_loss import output_label_smoothed_nll
 
@@ -55,30 +59,31 @@ def test_frozen_output_weight_gets_no_gradient():
     assert weight.grad is None and torch.allclose(h.grad, ref_dh, atol=1e-5)
 
 
-class MatmulCounter(TorchDispatchMode):
-    """Counts the matrix products run inside it."""
+class MatmulCounter(TorchFunctionMode):
+    """Counts the matrix products run while it is active."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.count = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm)
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += getattr(func, "__name__", "") in ("matmul", "__matmul__")
         return func(*args, **(kwargs or {}))
 
 
-def test_without_grad_only_the_values_are_computed(monkeypatch):
-    """Evaluation runs with parameters that require grad, with grad mode off: one product per
-    chunk (the logits), none for the hidden-state or weight gradients."""
+@pytest.mark.parametrize("no_grad", [torch.no_grad, torch.inference_mode])  # Lightning's eval loops
+def test_without_grad_only_the_values_are_computed(monkeypatch, no_grad):
+    """One matmul per chunk (the logits) without grad mode, although both inputs require grad;
+    with it, two more per chunk (the hidden and weight gradients)."""
     monkeypatch.setattr(output_loss, "CHUNK_ELEMENTS", 4 * VOCAB)  # 13 target tokens: 4 chunks
     hidden, weight, target = _inputs(2)
     ref_loss, ref_nll, *_ = _reference(hidden, weight, target, 0.1, 1.0)
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-    with MatmulCounter() as training:
-        output_label_smoothed_nll(h, w, target, 0.1, 0)
-    with torch.no_grad(), MatmulCounter() as evaluation:
+    with no_grad(), MatmulCounter() as counted:
         loss, nll, _ = output_label_smoothed_nll(h, w, target, 0.1, 0)
-    assert training.count == 3 * 4 and evaluation.count == 4
+    with MatmulCounter() as counted_with_grad:
+        output_label_smoothed_nll(h, w, target, 0.1, 0)
+    assert (counted.count, counted_with_grad.count) == (4, 12)
     assert not loss.requires_grad
     assert torch.allclose(loss, ref_loss, rtol=1e-5) and torch.allclose(nll, ref_nll, rtol=1e-5)
 
@@ -98,23 +103,18 @@ def test_autocast_runs_the_matmuls_in_bf16_and_keeps_float32_gradients():
     assert torch.allclose(h.grad, ref_dh, atol=5e-2 * ref_dh.abs().max().item())
 
 
-def test_a_model_whose_output_layer_has_a_bias_is_refused(monkeypatch):
-    """The fused loss has no bias term, so a biased output layer would train without its bias."""
-    from omegaconf import OmegaConf
+class BiasedOutputTransformer(TransformerSeq2Seq):
+    def __init__(self, cfg: TransformerConfig, src_vocab_size: int, tgt_vocab_size: int):
+        super().__init__(cfg, src_vocab_size, tgt_vocab_size)
+        self.output = torch.nn.Linear(cfg.d_model, tgt_vocab_size, bias=True)
 
-    from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
-    from lightning_docmt.registry import ARCHS, ArchEntry
-    from lightning_docmt.training.module import DocMTModule
 
-    class BiasedOutput(TransformerSeq2Seq):
-        def __init__(self, cfg, src_vocab_size, tgt_vocab_size):
-            super().__init__(cfg, src_vocab_size, tgt_vocab_size)
-            self.output = torch.nn.Linear(cfg.d_model, tgt_vocab_size)
-
-    monkeypatch.setitem(ARCHS, "biased_output_test", ArchEntry("biased_output_test", TransformerConfig, BiasedOutput))
-    model_cfg = OmegaConf.create({"arch": "biased_output_test", "d_model": 8, "heads": 2, "ffn_dim": 16,
-                                  "enc_layers": 1, "dec_layers": 1})
-    with pytest.raises(TypeError, match="bias"):
-        DocMTModule.build_model(model_cfg, 20, 20)
-    model_cfg.arch = "transformer"
-    assert DocMTModule.build_model(model_cfg, 20, 20).output.bias is None
+def test_a_model_whose_output_projection_has_a_bias_is_refused(monkeypatch):
+    """The fused loss has no bias term: such a model would train without its bias."""
+    monkeypatch.setitem(ARCHS, "biased", ArchEntry("biased", TransformerConfig, BiasedOutputTransformer))
+    model_cfg = OmegaConf.create({"arch": "biased", "d_model": DIM, "heads": 2, "ffn_dim": DIM,
+                                  "enc_layers": 1, "dec_layers": 1, "tie_output": False})
+    with pytest.raises(TypeError, match="BiasedOutputTransformer.output has a bias"):
+        DocMTModule.build_model(model_cfg, VOCAB, VOCAB)
+    monkeypatch.setitem(ARCHS, "biased", ArchEntry("biased", TransformerConfig, TransformerSeq2Seq))
+    assert DocMTModule.build_model(model_cfg, VOCAB, VOCAB).output.bias is None

@@ -95,6 +95,7 @@ def _resume_fit(args: argparse.Namespace) -> int:
 def test_command(args: argparse.Namespace) -> int:
     from lightning_docmt.config import composition as config_lib
     from lightning_docmt.distributed import is_global_zero
+    from lightning_docmt.inference.device import inference_device
     from lightning_docmt.training.run import test_checkpoint
 
     run = Path(args.run)
@@ -109,7 +110,8 @@ def test_command(args: argparse.Namespace) -> int:
         ckpt = Path(json.loads(record.read_text())["checkpoint"])
     if not ckpt.is_file():
         raise DocMTInputError("no such checkpoint", path=ckpt)
-    scores = test_checkpoint(cfg, ckpt, run_dir)
+    device = inference_device(args.device) if args.device is not None else None
+    scores = test_checkpoint(cfg, ckpt, run_dir, device=device)
     if is_global_zero():  # the run's other DDP ranks run the same command
         print_mapping(scores, as_json=args.json)
     return 0
@@ -146,10 +148,11 @@ def table_command(args: argparse.Namespace) -> int:
 
 
 def translate_command(args: argparse.Namespace) -> int:
+    from lightning_docmt.inference.device import inference_device
     from lightning_docmt.inference.translate import load_checkpoint, translate_documents
     from lightning_docmt.inference.documents_io import read_input, write_output
 
-    model = load_checkpoint(args.ckpt)
+    model = load_checkpoint(args.ckpt, inference_device(args.device))
     source = Path(args.input)
     documents = read_input(source)
     beam = args.beam if args.beam is not None else model.cfg.decode.beam
@@ -166,9 +169,11 @@ def translate_command(args: argparse.Namespace) -> int:
 def contrastive_command(args: argparse.Namespace) -> int:
     from lightning_docmt.evaluation.contrastive import evaluate_suite
     from lightning_docmt.data.contrastive import read_suite
+    from lightning_docmt.inference.device import inference_device
     from lightning_docmt.inference.translate import load_checkpoint
 
-    result = evaluate_suite(load_checkpoint(args.ckpt), read_suite(args.suite))
+    result = evaluate_suite(load_checkpoint(args.ckpt, inference_device(args.device)),
+                            read_suite(args.suite))
     if args.json:
         print_json(result)
     else:

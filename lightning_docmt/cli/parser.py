@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+DEVICE_HELP = "cpu, cuda or cuda:N (default: CUDA when available, else the CPU)"
+DEVICE_HELP_TEST = "cpu, cuda or cuda:N, on one process (default: the run's trainer.* settings)"
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="docmt", description="document-level NMT experiments")
@@ -33,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="a run directory or its config.yaml")
     p.add_argument("--ckpt")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--device", help=DEVICE_HELP_TEST)
 
     p = sub.add_parser("translate", help="translate JSONL documents or plain text")
     p.add_argument("--ckpt", required=True)
@@ -40,11 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True)
     p.add_argument("--beam", type=int)
     p.add_argument("--lenpen", type=float)
+    p.add_argument("--device", help=DEVICE_HELP)
 
     p = sub.add_parser("contrastive", help="contrastive accuracy of a checkpoint on a suite")
     p.add_argument("--ckpt", required=True)
     p.add_argument("--suite", required=True)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--device", help=DEVICE_HELP)
 
     p = sub.add_parser("average", help="average the weights of Lightning checkpoints")
     p.add_argument("checkpoints", nargs="+", metavar="CKPT")

@@ -22,7 +22,9 @@ stream: `ctx_ext` is padded with its own tokenizer's pad id and `ctx_ext_pad` is
 `ctx_ext_pad` only when `context.external` is set (docs/design.md section 5). In document-order mode
 (`data.document_order=true`) a batch holds sentence j of up to `max_documents` documents, so a model
 with target-side context can carry its state from batch to batch; `doc_index` tells which document
-each row belongs to.
+each row belongs to. For a model that carries a state (`Seq2SeqModel.carries_state`), `DocMTModule`
+adds `carry`: what each row's previous sentence handed on, or the model's reset value
+(`nn/training_hooks.py`; rows are matched by `doc_index`, `training/model_hooks.CarriedState`).
 
 Context truncation: when a context side exceeds `context.max_tokens`, the oldest tokens are removed
 first (from the left of `ctx_src` and `ctx_tgt`, from the right of `ctx_next`), the final `<eos>` kept;

@@ -58,9 +58,7 @@ def score_suite(model: LoadedModel, examples: Sequence[dict], max_tokens: int = 
         split = binarize_documents(documents, model, Path(tmp))
         last = np.asarray(split.doc_offsets[1:], dtype=np.int64) - 1  # the scored sentences
         doc_of_sentence = {int(s): d for d, s in enumerate(last)}
-        device = next(model.module.parameters()).device
-        for batch in batches(split, last, model.window, max_tokens):
-            batch = {k: v.to(device) for k, v in batch.items()}
+        for batch in batches(split, last, model.window, max_tokens, model.device):
             logp = sequence_log_probs(model.module.model, batch)
             for s, value in zip(batch["sent_index"].tolist(), logp.tolist()):
                 e, c = owners[doc_of_sentence[s]]

@@ -25,6 +25,7 @@ from lightning_docmt.checkpoints import VOCAB_KEY, load_state, read_checkpoint, 
 from lightning_docmt.data.vocab import Vocabulary
 from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.inference.reference_context import check_no_reference_target
 from lightning_docmt.training.module import DocMTModule
 
 @dataclass
@@ -38,10 +39,14 @@ class LoadedModel:
     def window(self) -> WindowSpec:
         return WindowSpec.from_config(self.cfg.context)
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.module.parameters()).device
 
-def load_checkpoint(path: str | Path) -> LoadedModel:
-    """The model, config and vocabularies of a self-contained checkpoint (read without running code,
-    loaded strictly: a checkpoint whose weights do not fit its own config is an error)."""
+
+def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
+    """The model (on `device`), config and vocabularies of a self-contained checkpoint (read without
+    running code, loaded strictly: a checkpoint whose weights do not fit its own config is an error)."""
     path = Path(path)
     ckpt = read_checkpoint(path)
     if VOCAB_KEY not in ckpt or "hyper_parameters" not in ckpt:
@@ -51,7 +56,7 @@ def load_checkpoint(path: str | Path) -> LoadedModel:
     cfg = OmegaConf.create(hparams["config"])
     module = DocMTModule(**hparams)
     load_state(module, ckpt["state_dict"], path)
-    module.eval()
+    module.to(device).eval()
     src_vocab, tgt_vocab = unpack_vocabularies(ckpt[VOCAB_KEY])
     return LoadedModel(module, cfg, src_vocab, tgt_vocab)
 
@@ -62,27 +67,27 @@ def binarize_documents(documents: Sequence[Document], model: LoadedModel, direct
     return load_cache(directory)
 
 
-def batches(split: BinarizedSplit, indices: np.ndarray, window: WindowSpec, max_tokens: int
-            ) -> Iterator[dict[str, torch.Tensor]]:
-    """Length-sorted token-budget batches of the given sentences (no shuffle, each once)."""
+def batches(split: BinarizedSplit, indices: np.ndarray, window: WindowSpec, max_tokens: int,
+            device: torch.device) -> Iterator[dict[str, torch.Tensor]]:
+    """Length-sorted token-budget batches of the given sentences (no shuffle, each once), on `device`."""
     sizes = row_lengths(split, window, indices)
     sampler = TokenBudgetBatchSampler(indices, sizes, max_tokens, shuffle=False)
     for batch_indices in sampler:
-        yield collate(split, batch_indices, window)
+        yield {k: v.to(device) for k, v in collate(split, batch_indices, window).items()}
 
 
 @torch.no_grad()
 def translate_documents(model: LoadedModel, documents: Sequence[Document], *, beam: int,
                         len_penalty: float) -> list[list[str]]:
     """Detokenised translations of every sentence, grouped by document, in input order."""
-    model.module.cfg.decode.len_penalty = len_penalty
+    check_no_reference_target(model.cfg, "translation")
     with tempfile.TemporaryDirectory() as tmp:
         split = binarize_documents(documents, model, Path(tmp))
         hyps: list[str] = [""] * split.n_sentences
         indices = np.arange(split.n_sentences)
-        for batch in batches(split, indices, model.window, model.cfg.decode.batch_max_tokens):
+        for batch in batches(split, indices, model.window, model.cfg.decode.batch_max_tokens, model.device):
             for i, ids in zip(batch["sent_index"].tolist(),
-                              model.module.translate_batch(batch, beam=beam)):
+                              model.module.translate_batch(batch, beam=beam, len_penalty=len_penalty)):
                 hyps[i] = model.tgt_vocab.decode(ids)
         bounds = split.doc_offsets
     return [hyps[bounds[d]:bounds[d + 1]] for d in range(len(documents))]

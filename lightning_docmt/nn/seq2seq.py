@@ -9,6 +9,9 @@
     decode(tgt_in, state) = output(decode_hidden(tgt_in, state)) -> logits (B, T, V)
     forward(batch) = decode(batch["tgt_in"], encode(batch))
 
+Training hooks (`nn/training_hooks.py`; the defaults are the shared recipe): `loss_terms`,
+`optimizer_phases`, and `carries_state` with `initial_carry`.
+
 `EncoderState` and `DecoderCache` are dataclasses; architectures subclass them to add fields
 (e.g. a context encoding and its padding mask). `index_select(index)` selects rows of the batch
 dimension of every field, recursively, so every tensor field must be batch-first. Plain numbers
@@ -26,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_docmt.nn.attention import AttentionMemory
+from lightning_docmt.nn.training_hooks import LossTerms, OptimizerPhase, OutputLoss
 
 T = TypeVar("T")
 PLACEHOLDER_VOCAB = 16  # vocabulary size of the models `parameter_names` builds
@@ -102,6 +106,8 @@ class Seq2SeqModel(nn.Module):
 
     output: nn.Linear  # the bias-free output projection D -> V
     reads_context: ClassVar[bool] = True  # False: `context.*` cannot change the weights (stage reuse)
+    # True: the model reads `batch[CARRY_KEY]` and returns `LossTerms.carry` (needs data.document_order)
+    carries_state: ClassVar[bool] = False
 
     @classmethod
     def parameter_names(cls, cfg: Any) -> list[str]:
@@ -112,6 +118,26 @@ class Seq2SeqModel(nn.Module):
         with torch.device("meta"):
             model = cls(cfg, PLACEHOLDER_VOCAB, PLACEHOLDER_VOCAB)
         return [name for name, _ in model.named_parameters()]
+
+    @classmethod
+    def optimizer_phases(cls, cfg: Any) -> list[OptimizerPhase]:
+        """The optimizers that take turns (`OptimizerPhase`) for a model built from `cfg`; none: one
+        optimizer over every trainable parameter."""
+        return []
+
+    def loss_terms(self, batch: dict[str, Tensor], output_loss: OutputLoss,
+                   phase: str | None = None) -> LossTerms:
+        """The loss of `batch` in optimizer phase `phase` (None: no phases, or evaluation). Default,
+        in every phase: the label-smoothed cross entropy of teacher forcing."""
+        hidden = self.decode_hidden(batch["tgt_in"], self.encode(batch))  # (B, T, D)
+        return LossTerms(*output_loss(hidden, batch["tgt_out"]))
+
+    def initial_carry(self, batch: dict[str, Tensor]) -> Any:
+        """Models with `carries_state`: the state a document's first sentence receives, for every
+        row of `batch`. Batch-first tensors (or tuples, lists, dicts, dataclasses of them) whose
+        shapes after the batch dimension are the same in every batch: carried rows and reset rows
+        are mixed in one batch."""
+        raise NotImplementedError(f"{type(self).__name__} carries no state")
 
     def encode(self, batch: dict[str, Tensor]) -> EncoderState:
         raise NotImplementedError

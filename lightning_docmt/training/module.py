@@ -7,9 +7,22 @@ PyTorch) with its config dataclass (`registry.register_arch`); `DocMTModule` bui
 The shared recipe: label-smoothed cross entropy, Adam with the schedules of `schedules.py`
 (continuable across stages), validation loss and BLEU over the *whole* validation set with
 hypotheses gathered from every rank before scoring (per-rank BLEU averaged is not corpus BLEU,
-DESIGN.md section 12), test metrics (BLEU with its sacreBLEU signature, chrF, document BLEU), and
-the speed figures of `speed.py` (training throughput stored with every checkpoint, test decoding
-speed).
+docs/design.md section 12), test metrics (BLEU with its sacreBLEU signature, chrF, document BLEU),
+and the speed figures of `speed.py` (training throughput stored with every checkpoint, test
+decoding speed).
+
+Loss normalisation (`normalised_loss`): the loss sum of a rank is divided by the target tokens of
+the step summed over every rank, as fairseq does, so that DDP trains on the per-token loss of the
+union of the ranks' batches.
+
+The model's training hooks (`nn/training_hooks.py`, the Lightning side in `model_hooks.py`):
+- `loss_terms`: the loss of a batch, in the current optimizer phase during training.
+- `optimizer_phases`: the module switches to manual optimisation with one Adam per phase; each
+  training step backpropagates, clips (`train.optim.clip_norm`), steps the current phase's
+  optimizer and its scheduler, and discards every gradient (`phase_update`). The phase state
+  travels in checkpoints.
+- `carries_state`: a `CarriedState` per loop passes each sentence's state to the next sentence of
+  its document; the training one travels in checkpoints, per rank.
 """
 
 from __future__ import annotations
@@ -32,10 +45,17 @@ from lightning_docmt.evaluation import metrics
 from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.training.output_loss import output_label_smoothed_nll
 from lightning_docmt.checkpoints import VOCAB_KEY, pack_vocabularies
+from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.seq2seq import Seq2SeqModel
-from lightning_docmt.registry import get_arch
+from lightning_docmt.nn.training_hooks import CARRY_KEY, LossTerms
+from lightning_docmt.registry import get_arch, model_config
+from lightning_docmt.training.model_hooks import (CarriedState, PhaseCycle, check_training_hooks,
+                                                  model_phases, phase_parameter_names)
 from lightning_docmt.training.schedules import lr_lambda
 from lightning_docmt.training.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, Stopwatch, rate
+
+PHASES_KEY = "docmt_optimizer_phases"  # checkpoint key of the PhaseCycle state
+CARRY_STATE_KEY = "docmt_carried_state"  # checkpoint key of the training CarriedState, one per rank
 
 
 RNG_KEY = "docmt_rng"  # the random states in a checkpoint (torch CPU and CUDA, python)
@@ -50,6 +70,13 @@ class DocMTModule(pl.LightningModule):
         self.save_hyperparameters()
         self.cfg: DictConfig = OmegaConf.create(config)
         self.model = self.build_model(self.cfg.model, src_vocab_size, tgt_vocab_size)
+        phases = model_phases(self.cfg.model)
+        check_training_hooks(type(self.model), phases, self.cfg)
+        self.phases = PhaseCycle(phases) if phases else None
+        self.automatic_optimization = self.phases is None
+        carries = type(self.model).carries_state
+        self._train_carry = CarriedState() if carries else None
+        self._eval_carry = CarriedState() if carries else None
         self.step_offset = step_offset
         self.lr_override = lr_override
         # (params, lr) of the optimizer groups split off from group 0 (see `add_param_group`)
@@ -63,51 +90,97 @@ class DocMTModule(pl.LightningModule):
 
     @staticmethod
     def build_model(model_cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2SeqModel:
-        """The registered model of `model_cfg.arch`, built from its typed config dataclass."""
-        entry = get_arch(model_cfg.arch)
-        typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(entry.config_class), model_cfg))
-        model = entry.model_class(typed, src_vocab_size, tgt_vocab_size)
-        if model.output.bias is not None:  # the fused output loss (`output_loss.py`) has no bias term
-            raise TypeError(f"{entry.model_class.__name__}.output has a bias; the output projection "
-                            f"must be bias-free (nn.Linear(..., bias=False))")
+        """The registered model of `model_cfg.arch`, built from its typed config dataclass.
+
+        Its `output` must be bias-free: the training loss is fused with the output weight
+        (`output_loss.py`), which has no term for a bias.
+        """
+        model_class = get_arch(model_cfg.arch).model_class
+        model = model_class(model_config(model_cfg), src_vocab_size, tgt_vocab_size)
+        if model.output.bias is not None:
+            raise TypeError(f"{model_class.__name__}.output has a bias: the fused training loss "
+                            f"(output_loss.py) needs a bias-free output projection")
         return model
 
     # ------------------------------------------------------------------ training
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.model(batch)
 
-    def loss_terms(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(label-smoothed loss sum, NLL sum, target tokens) of a batch (teacher forcing).
-
-        The loss is computed together with the output projection (`output_loss.py`).
-        """
-        hidden = self.model.decode_hidden(batch["tgt_in"], self.model.encode(batch))  # (B, T, D)
-        return output_label_smoothed_nll(hidden, self.model.output.weight, batch["tgt_out"],
+    def output_loss(self, hidden: torch.Tensor, target: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The `OutputLoss` handed to the model: label smoothing `train.optim.label_smoothing`,
+        computed together with the output projection (`output_loss.py`)."""
+        return output_label_smoothed_nll(hidden, self.model.output.weight, target,
                                          self.cfg.train.optim.label_smoothing, PAD_ID)
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss_sum, nll_sum, ntok = self.loss_terms(batch)
-        ntok_f = ntok.clamp(min=1).float()
-        bsz = int(batch["src"].size(0))
-        self.log("train/loss", loss_sum.detach() / ntok_f, prog_bar=True, batch_size=bsz)
-        self.log("train/nll", nll_sum / ntok_f, batch_size=bsz)
-        self.log("train/tokens", ntok_f, reduce_fx="sum", batch_size=bsz)
-        self._train_tokens = self._train_tokens + ntok.detach()  # no host sync per step
-        return self.normalised_loss(loss_sum, ntok)
+    def loss_terms(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(label-smoothed loss sum, NLL sum, target tokens) of a batch (teacher forcing), outside
+        any optimizer phase; a model with `carries_state` reads its state from `batch[CARRY_KEY]`."""
+        _, terms = self.batch_terms(batch, carried=None)
+        return terms.loss_sum, terms.nll_sum, terms.tokens
 
-    def normalised_loss(self, loss_sum: torch.Tensor, ntok: torch.Tensor) -> torch.Tensor:
-        """The loss whose gradient is the per-token gradient over the whole step, on every rank.
+    def batch_terms(self, batch: dict[str, torch.Tensor], carried: CarriedState | None,
+                    phase: str | None = None) -> tuple[dict[str, torch.Tensor], LossTerms]:
+        """The model's loss terms of `batch` in `phase`, and the batch as the model saw it: with
+        `carried` (a carrying model), the batch gets the carried rows and `carried` keeps the
+        rows the model hands to the next sentences."""
+        if carried is not None:
+            batch = {**batch, CARRY_KEY: carried.rows(batch, self.model.initial_carry(batch))}
+        terms = self.model.loss_terms(batch, self.output_loss, phase)
+        if carried is not None:
+            carried.keep(batch, terms.carry)
+        return batch, terms
 
-        fairseq's normalisation: the summed loss over the number of target tokens of the step on
-        ALL ranks. DDP averages gradients over the W ranks, so each rank returns
-        W * loss_sum / global_tokens; the average is then sum_r loss_sum_r / global_tokens, the
-        gradient of the union batch. Dividing by a rank's own count instead would weight a token on
-        a rank with few tokens more than one on a rank with many. With gradient accumulation each
-        micro-batch is normalised by its own step-wide count and Lightning averages the micro-batches.
+    def normalised_loss(self, terms: LossTerms) -> torch.Tensor:
+        """The loss to backpropagate: this rank's loss sum times the world size, over the target
+        tokens of the step summed over every rank (all-reduced).
+
+        DDP averages the ranks' gradients, so the update is the gradient of the sum of every rank's
+        loss over the sum of their tokens: the per-token loss of the union of the ranks' batches,
+        as one process would compute it (fairseq's normalisation). Dividing by each rank's own
+        tokens instead would weigh a token of a rank with few tokens more than one of a rank with
+        many. With `train.accumulate` = N, Lightning divides each batch's loss by N: an update is
+        the mean over its N accumulated steps of each step's per-token gradient over every rank,
+        which for one process is the mean of the batches' per-token gradients, as before.
         """
-        world = self.trainer.world_size
-        global_tokens = self.trainer.strategy.reduce(ntok.detach().float(), reduce_op="sum")
-        return loss_sum * world / global_tokens.clamp(min=1.0)
+        tokens = terms.tokens.detach().to(torch.float32, copy=True)  # a copy: all_reduce is in place
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(tokens)  # the world group, that DDP averages over
+        return terms.loss_sum * self.trainer.world_size / tokens.clamp(min=1)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
+        phase = self.phases.current.name if self.phases is not None else None
+        _, terms = self.batch_terms(batch, self._train_carry, phase)
+        ntok_f = terms.tokens.clamp(min=1).float()
+        bsz = int(batch["src"].size(0))
+        self.log("train/loss", terms.loss_sum / ntok_f, prog_bar=True, batch_size=bsz)  # this rank's
+        self.log("train/nll", terms.nll_sum / ntok_f, batch_size=bsz)
+        self.log("train/tokens", ntok_f, reduce_fx="sum", batch_size=bsz)
+        self._train_tokens = self._train_tokens + terms.tokens.detach()  # no host sync per step
+        loss = self.normalised_loss(terms)
+        if self.phases is None:
+            return loss  # automatic optimisation
+        self.phase_update(loss)
+        return None
+
+    def phase_update(self, loss: torch.Tensor) -> None:
+        """One update of the current phase (manual optimisation): backward, clipping by
+        `train.optim.clip_norm` over the phase's parameters (as Lightning's `gradient_clip_val`
+        does over an optimizer's), the phase's optimizer step, every optimizer's gradients
+        discarded (those of the other phases' parameters too, so that nothing carries over into
+        their turn), the phase's scheduler step."""
+        index = self.phases.index
+        optimizers, schedulers = self.optimizers(), self.lr_schedulers()
+        self.manual_backward(loss)
+        clip = self.cfg.train.optim.clip_norm
+        if clip > 0:
+            self.clip_gradients(optimizers[index], gradient_clip_val=clip,
+                                gradient_clip_algorithm="norm")
+        optimizers[index].step()
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        schedulers[index].step()
+        self.phases.advance()
 
     # The training clock runs from the start to the end of the training loop, stopped during
     # validation (which runs inside it); sanity checking happens before it starts.
@@ -129,28 +202,47 @@ class DocMTModule(pl.LightningModule):
         """The stage's lr, in the units of `train.optim.lr` (`train.stages.<name>.lr` overrides it)."""
         return self.lr_override if self.lr_override is not None else self.cfg.train.optim.lr
 
-    def lr_multiplier(self, lr: float) -> Callable[[int], float]:
-        """The LambdaLR multiplier of a group trained at `lr` on the stage's schedule."""
+    def lr_multiplier(self, lr: float, stage_steps: int | None = None) -> Callable[[int], float]:
+        """The LambdaLR multiplier of a group trained at `lr` on the stage's schedule, over
+        `stage_steps` updates of its optimizer (default: the stage's `max_steps`)."""
         optim_cfg = self.cfg.train.optim
         return lr_lambda(schedule=optim_cfg.schedule, lr=lr, warmup=optim_cfg.warmup_steps,
                          d_model=self.cfg.model.d_model, step_offset=self.step_offset,
-                         stage_steps=self.trainer.max_steps)
+                         stage_steps=self.trainer.max_steps if stage_steps is None else stage_steps)
 
-    def configure_optimizers(self):
-        """Adam over the trainable parameters only, with one LambdaLR multiplier per group.
-
-        Group 0 holds every trainable parameter at the stage's lr; each group split off by
-        `add_param_group` (a milestone of `StagedUnfreezing`) follows with its own lr.
-        """
+    def adam(self, groups: list[tuple[list[torch.nn.Parameter], float]], stage_steps: int | None = None
+             ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
+        """Adam over the (params, lr) `groups`, base lr 1.0, with one LambdaLR multiplier per group."""
         optim_cfg = self.cfg.train.optim
-        split = {id(p) for params, _ in self.extra_param_groups for p in params}
-        base = [p for p in self.parameters() if p.requires_grad and id(p) not in split]  # frozen params stay out
-        groups = [(base, self.stage_lr), *self.extra_param_groups]
         optimizer = torch.optim.Adam([{"params": params} for params, _ in groups], lr=1.0,
                                      betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
                                      weight_decay=optim_cfg.weight_decay)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, [self.lr_multiplier(lr) for _, lr in groups])
+            optimizer, [self.lr_multiplier(lr, stage_steps) for _, lr in groups])
+        return optimizer, scheduler
+
+    def configure_optimizers(self):
+        """Adam over the trainable parameters only (frozen ones stay out).
+
+        Without optimizer phases: one Adam. Group 0 holds every trainable parameter at the stage's
+        lr; each group split off by `add_param_group` (a milestone of `StagedUnfreezing`) follows
+        with its own lr.
+        With phases: one Adam per phase over its trainable parameters (`phase_parameter_names`), at
+        the stage's lr. A phase's schedule counts the phase's own updates, so that each optimizer
+        warms up over its first updates, and a decaying schedule ends at the phase's last update
+        of the stage (its share of `max_steps`).
+        """
+        if self.phases is not None:
+            named = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+            per_phase = phase_parameter_names(self.phases.phases, list(named), key="model.arch")
+            built = [self.adam([([named[n] for n in names], self.stage_lr)],
+                               self.phases.updates_within(index, self.trainer.max_steps))
+                     for index, names in enumerate(per_phase)]
+            return ([optimizer for optimizer, _ in built],
+                    [{"scheduler": scheduler, "interval": "step"} for _, scheduler in built])
+        split = {id(p) for params, _ in self.extra_param_groups for p in params}
+        base = [p for p in self.parameters() if p.requires_grad and id(p) not in split]  # frozen params stay out
+        optimizer, scheduler = self.adam([(base, self.stage_lr), *self.extra_param_groups])
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def add_param_group(self, params: list[torch.nn.Parameter], lr: float) -> None:
@@ -159,7 +251,11 @@ class DocMTModule(pl.LightningModule):
         Before `configure_optimizers` runs the group is only recorded. During a fit it also joins the
         live optimizer, and the LambdaLR gets its multiplier evaluated at the scheduler's current step:
         the group then has the lr that `configure_optimizers` gives it when the fit is resumed.
+        A model with optimizer phases has no such groups (`check_training_hooks`).
         """
+        if self.phases is not None:
+            raise DocMTInputError("unfreezing milestones do not combine with the optimizer phases of "
+                                  f"model.arch '{self.cfg.model.arch}'", key="train.stages")
         self.extra_param_groups.append((params, lr))
         if self._trainer is None or not self.trainer.optimizers:
             return
@@ -173,27 +269,40 @@ class DocMTModule(pl.LightningModule):
         scheduler._last_lr.append(current)  # what get_last_lr() reports until the next step
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Checkpoints are self-contained: the vocabularies travel with the weights."""
+        """Checkpoints are self-contained: the vocabularies travel with the weights. The phase
+        state and every rank's carried training state go with them, for an exact resume."""
         datamodule = self.trainer.datamodule
         checkpoint[VOCAB_KEY] = pack_vocabularies(datamodule.src_vocab, datamodule.tgt_vocab)
-        # Every rank writes its checkpoint dict (only rank zero saves it), so the reduce is safe.
+        # Every rank writes its checkpoint dict (only rank zero saves it), so the collectives are safe.
         tokens = torch.as_tensor(self._train_tokens, device=self.device).long()
         tokens = self.trainer.strategy.reduce(tokens, reduce_op="sum")
         checkpoint[TRAIN_SPEED_KEY] = {"target_tokens": int(tokens),
                                        "seconds": self._train_clock.seconds}
         checkpoint[RNG_KEY] = {"torch": torch.get_rng_state(), "python": random.getstate(),
                                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+        if self.phases is not None:
+            checkpoint[PHASES_KEY] = self.phases.state_dict()
+        if self._train_carry is not None:
+            checkpoint[CARRY_STATE_KEY] = gather_objects(self._train_carry.state_dict())
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """A resumed fit continues the random streams (dropout) where the checkpoint left them, so it
-        ends with the weights of an uninterrupted fit. Lightning does not restore them itself."""
-        state = checkpoint.get(RNG_KEY)
-        if state is None:  # a checkpoint written before random states were stored
-            return
-        torch.set_rng_state(state["torch"])
-        random.setstate(state["python"])
-        if state["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
+        """Resume: the random streams (dropout) where the checkpoint left them, so that the fit ends
+        with the weights of an uninterrupted one (Lightning does not restore them itself); the phase
+        state; and this rank's carried training state (kept only when the world size is the one it
+        was saved with; otherwise the batches differ and it starts over)."""
+        rng = checkpoint.get(RNG_KEY)
+        if rng is not None:  # absent from checkpoints written before random states were stored
+            torch.set_rng_state(rng["torch"])
+            random.setstate(rng["python"])
+            if rng["cuda"] and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
+        if self.phases is not None:
+            self.phases.load_state_dict(checkpoint[PHASES_KEY])
+        if self._train_carry is not None:
+            states = checkpoint[CARRY_STATE_KEY]
+            self._train_carry.clear()
+            if len(states) == self.trainer.world_size:
+                self._train_carry.load_state_dict(states[self.global_rank])
 
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:
@@ -203,6 +312,8 @@ class DocMTModule(pl.LightningModule):
         self._reset_eval()
 
     def _reset_eval(self) -> None:
+        if self._eval_carry is not None:
+            self._eval_carry.clear()
         self._eval_records = []
         self._eval_sums = torch.zeros(3, device=self.device)
         self._decode_stats.zero_()
@@ -215,8 +326,9 @@ class DocMTModule(pl.LightningModule):
         self._eval_step(batch, beam=self.cfg.decode.beam)
 
     def _eval_step(self, batch: dict[str, torch.Tensor], beam: int) -> None:
-        loss_sum, nll_sum, ntok = self.loss_terms(batch)
-        self._eval_sums += torch.stack([loss_sum.detach(), nll_sum.detach(), ntok.float()])
+        batch, terms = self.batch_terms(batch, self._eval_carry)  # decoding reads the same carry
+        self._eval_sums += torch.stack([terms.loss_sum.detach(), terms.nll_sum.detach(),
+                                        terms.tokens.float()])
         if beam <= 0:
             return
         vocab = self.trainer.datamodule.tgt_vocab
@@ -229,14 +341,17 @@ class DocMTModule(pl.LightningModule):
             self._eval_records.append((sent, doc, vocab.decode(ids)))
 
     @torch.no_grad()
-    def translate_batch(self, batch: dict[str, torch.Tensor], beam: int) -> list[list[int]]:
-        """Best hypothesis token ids (no bos/eos) for every sentence of the batch."""
+    def translate_batch(self, batch: dict[str, torch.Tensor], beam: int,
+                        len_penalty: float | None = None) -> list[list[int]]:
+        """Best hypothesis token ids (no bos/eos) for every sentence of the batch; `len_penalty`
+        (GNMT alpha) defaults to `decode.len_penalty`."""
         dec = self.cfg.decode
         if beam == 1:
             results = decoding.greedy_search(self.model, batch, max_len_a=dec.max_len_a,
                                              max_len_b=dec.max_len_b)
         else:
-            results = decoding.beam_search(self.model, batch, beam=beam, len_penalty=dec.len_penalty,
+            alpha = dec.len_penalty if len_penalty is None else len_penalty
+            results = decoding.beam_search(self.model, batch, beam=beam, len_penalty=alpha,
                                            max_len_a=dec.max_len_a, max_len_b=dec.max_len_b)
         return [r.tokens for r in results]
 
@@ -266,11 +381,7 @@ class DocMTModule(pl.LightningModule):
         return rate(float(stats[:, 1].sum()), float(stats[:, 0].max()))  # (world, [s, sents])
 
     def _gather_records(self) -> list[tuple[int, int, str]]:
-        records = self._eval_records
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            gathered: list[Any] = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, records)
-            records = [r for part in gathered for r in part]
+        records = [r for part in gather_objects(self._eval_records) for r in part]
         unique = {sent: (sent, doc, hyp) for sent, doc, hyp in records}  # eval shards are disjoint
         return [unique[k] for k in sorted(unique)]
 
@@ -297,3 +408,12 @@ class DocMTModule(pl.LightningModule):
         out_dir = Path(self.output_dir)
         (out_dir / f"{split}.hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
         (out_dir / f"{split}.signature.json").write_text(json.dumps({"bleu": signature}) + "\n")
+
+
+def gather_objects(value: Any) -> list[Any]:
+    """Every rank's `value` (picklable), in rank order; `[value]` outside a distributed run."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return [value]
+    gathered: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(gathered, value)
+    return gathered

@@ -17,6 +17,14 @@ and returned to the kernel when freed. A chunk of `CHUNK_ELEMENTS` float32 value
 from the heap instead, and the fused gradient needs one pass over it, not five. Measured on the
 `cpu` profile (d_model 192, V 8,000, ~2,100 target tokens per batch): see `benchmarks/training_step.py`.
 
+Evaluation: the gradients are computed only when grad mode is on where the loss is called. Inside
+a `torch.autograd.Function`'s forward grad mode is always off, and `ctx.needs_input_grad` says only
+whether the inputs require grad, which the parameters still do during Lightning's validation and
+test loops (run under `torch.no_grad`, or `torch.inference_mode` in `trainer.test` outside gloo
+DDP): deciding there would do the backward matmuls of every evaluation batch for nothing.
+`output_label_smoothed_nll` therefore reads `torch.is_grad_enabled()` before entering the Function
+and passes it in.
+
 Mixed precision: under autocast the matmuls run in the autocast dtype (as `nn.Linear` would), the
 softmax and the loss in float32, and the weight gradient is accumulated over chunks in float32.
 """
@@ -33,9 +41,8 @@ def output_label_smoothed_nll(hidden: Tensor, weight: Tensor, target: Tensor, ep
                               pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
     """hidden (B, T, D), output weight (V, D), target (B, T) -> (smoothed loss sum, nll sum, tokens).
 
-    Only the smoothed loss carries a gradient; the NLL sum is for logging. Gradients are computed
-    (in the forward pass) only in grad mode: under `torch.no_grad()` / inference mode, as in
-    validation and test, only the values are, even though the parameters still require grad.
+    Only the smoothed loss carries a gradient; the NLL sum is for logging. Under `torch.no_grad` or
+    `torch.inference_mode` only the values are computed (see the module docstring).
     """
     mask = target.ne(pad_id)  # (B, T)
     tokens = hidden[mask]  # (N, D): padding positions contribute nothing, so they are not computed
@@ -50,14 +57,16 @@ def output_label_smoothed_nll(hidden: Tensor, weight: Tensor, target: Tensor, ep
 
 
 class _FusedOutputLoss(torch.autograd.Function):
-    """(N, D) hidden states, (V, D) weight, (N,) targets -> (loss sum, nll sum), float32 scalars."""
+    """(N, D) hidden states, (V, D) weight, (N,) targets -> (loss sum, nll sum), float32 scalars.
+
+    `grad_enabled`: grad mode at the call site; without it no gradient is computed.
+    """
 
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, eps: float,
                 compute_dtype: torch.dtype, grad_enabled: bool) -> tuple[Tensor, Tensor]:
         vocab = weight.size(0)
         smooth = eps / (vocab - 1)
-        # `needs_input_grad` follows `requires_grad` even under no_grad: grad mode decides too
         want_hidden_grad = grad_enabled and ctx.needs_input_grad[0]
         want_weight_grad = grad_enabled and ctx.needs_input_grad[1]
         chunk = max(1, CHUNK_ELEMENTS // vocab)

@@ -39,9 +39,12 @@ from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.distributed import barrier, is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.provenance import code_fingerprint, environment_record, resolved_device
+from lightning_docmt.inference.device import trainer_settings
+from lightning_docmt.inference.reference_context import check_no_reference_target
 from lightning_docmt.inference.translate import LoadedModel
+from lightning_docmt.training.model_hooks import check_training_hooks
 from lightning_docmt.training.module import DocMTModule
-from lightning_docmt.registry import get_arch
+from lightning_docmt.registry import get_arch, model_config
 from lightning_docmt.config.schema import ContextConfig, RunConfig
 from lightning_docmt.training.speed import train_speed_metrics
 from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric, resolve_precision
@@ -203,7 +206,8 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
 
 def check_stages(cfg: DictConfig) -> None:
     """Fail on a bad freezing policy (a trainable or milestone glob that matches nothing, a
-    milestone without lr) or averaging setting before any stage trains or anything is written.
+    milestone without lr), averaging setting, or a setting the model's training hooks cannot work
+    with (`model_hooks.check_training_hooks`) before any stage trains or anything is written.
 
     The names come from each model class's `parameter_names` (by default the model built on the
     meta device with placeholder vocabulary sizes; a model wrapping a pretrained encoder answers
@@ -213,9 +217,10 @@ def check_stages(cfg: DictConfig) -> None:
     for name in cfg.train.schedule:
         scfg = stage_config(cfg, name)
         policy = StagedUnfreezing.from_stage(name, scfg.train.stages[name])
-        entry = get_arch(scfg.model.arch)
-        typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(entry.config_class), scfg.model))
-        policy.check(entry.model_class.parameter_names(typed))
+        model_class, typed = get_arch(scfg.model.arch).model_class, model_config(scfg.model)
+        names = model_class.parameter_names(typed)
+        policy.check(names)
+        check_training_hooks(model_class, model_class.optimizer_phases(typed), scfg, name, names)
 
 
 def _scalar(x: Any) -> float | None:
@@ -265,6 +270,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = Fa
     rank zero, which computes and writes them), so no rank reads a file another rank writes. Under
     DDP the ranks meet at a barrier once rank zero has written the run's records.
     """
+    check_no_reference_target(cfg, "test BLEU")  # before any training: the run would end in it
     check_stages(cfg)
     suites = configured_suites(cfg)
     run_dir = Path(run_dir) if run_dir is not None else make_run_dir(cfg)
@@ -287,11 +293,18 @@ def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = Fa
 
 
 def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
-                    suites: dict[str, list[dict]] | None = None) -> dict[str, float | str]:
+                    suites: dict[str, list[dict]] | None = None,
+                    device: torch.device | None = None) -> dict[str, float | str]:
     """Test-set metrics of a checkpoint (beam search with `decode.*`), the training throughput it
     stores, its contrastive accuracies on `suites` (default: those of `eval.contrastive`; computed
     on global rank zero only, the rank that writes them), and the provenance record of
-    `provenance.environment_record` (code, versions, resolved precision, device, threads)."""
+    `provenance.environment_record` (code, versions, resolved precision, device, threads).
+
+    `device`: test on that one device (`docmt test --device`) instead of with `trainer.*`; the
+    caller's `cfg` is left unchanged."""
+    check_no_reference_target(cfg, "test BLEU")
+    if device is not None:
+        cfg = OmegaConf.merge(cfg, {"trainer": trainer_settings(device)})
     suites = configured_suites(cfg) if suites is None else suites
     datamodule = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context)
     datamodule.prepare_data()

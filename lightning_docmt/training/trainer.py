@@ -2,7 +2,10 @@
 
 `trainer:` in the config is a free dict passed through to the Trainer (devices, strategy, num_nodes,
 accelerator, ...); the keys the suite owns (limits, precision, accumulation, clipping, loggers,
-callbacks) come from `train.*` and `logging.*`.
+callbacks) come from `train.*` and `logging.*`. A model with optimizer phases trains with manual
+optimisation, where Lightning refuses `gradient_clip_val`: `DocMTModule` then clips by
+`train.optim.clip_norm` itself, with the same semantics (the 2-norm over the parameters that the
+update steps).
 
 A training trainer gets the stage's `StagedUnfreezing` (its freezing policy) and, with
 `train.average.checkpoints` > 0, a `CheckpointAveraging` writing `<stage dir>/averaging/`. DDP keeps
@@ -26,6 +29,7 @@ from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.training.model_hooks import model_phases
 
 RESUME_NAME = "resume"  # <stage dir>/checkpoints/resume.ckpt, rewritten every train.checkpoint_every_steps
 OWNED_KEYS = ("max_steps", "max_epochs", "max_time", "precision", "accumulate_grad_batches",
@@ -119,8 +123,8 @@ def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_te
                       accumulate_grad_batches=train.accumulate, logger=build_loggers(cfg, out_dir))
         if train.max_time_minutes is not None:
             kwargs["max_time"] = {"minutes": train.max_time_minutes}
-        if train.optim.clip_norm > 0:
-            kwargs["gradient_clip_val"] = train.optim.clip_norm
+        if train.optim.clip_norm > 0 and not model_phases(cfg.model):  # with phases the module
+            kwargs["gradient_clip_val"] = train.optim.clip_norm  # clips (manual optimisation)
         if train.val_every_steps:
             kwargs.update(val_check_interval=train.val_every_steps, check_val_every_n_epoch=None)
         if train.checkpoint_every_steps > 0:  # `docmt fit --resume` continues from the newest

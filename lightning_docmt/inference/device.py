@@ -1,0 +1,33 @@
+"""The device that `docmt translate`, `test` and `contrastive` run on (`--device`)."""
+
+from __future__ import annotations
+
+import torch
+
+from lightning_docmt.errors import DocMTInputError
+
+
+def inference_device(name: str | None) -> torch.device:
+    """`name` as a torch device (`cpu`, `cuda`, `cuda:N`); None: CUDA when available, else the CPU.
+    A malformed or unavailable device is a `DocMTInputError` naming `--device`."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise DocMTInputError(f"'{name}' is not a device (cpu, cuda, cuda:N)", key="--device") from None
+    if device.type not in ("cpu", "cuda"):
+        raise DocMTInputError(f"'{name}': only cpu and cuda devices are supported", key="--device")
+    if device.type == "cuda":
+        available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (device.index or 0) >= available:
+            raise DocMTInputError(f"'{name}' is not available here ({available} CUDA devices)",
+                                  key="--device")
+    return device
+
+
+def trainer_settings(device: torch.device) -> dict[str, object]:
+    """The `trainer:` keys that run a test loop on `device` alone."""
+    if device.type == "cpu":
+        return {"accelerator": "cpu", "devices": 1, "num_nodes": 1, "strategy": "auto"}
+    return {"accelerator": "gpu", "devices": [device.index or 0], "num_nodes": 1, "strategy": "auto"}

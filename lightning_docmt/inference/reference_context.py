@@ -1,0 +1,34 @@
+"""No reference leak: a model that reads previous TARGET sentences is not tested or used to translate.
+
+In every batch `ctx_tgt` holds the previous *reference* target sentences (`data/batch.py`): right
+for training (teacher forcing), wrong for testing, where a model would read gold translations of
+the sentences before the one it translates (test BLEU inflated), and `docmt translate`, which has
+no references, fills them with empty strings (the model translates differently from how it was
+tested). Until document-order decoding feeds back the model's own previous translations, test BLEU
+and translation of such a model are errors naming the key. Contrastive suites supply their own
+target context, so contrastive scoring stays allowed.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from lightning_docmt.errors import DocMTInputError
+
+TARGET_SIDES = ("target", "mix")
+
+
+def reads_reference_target(cfg: DictConfig) -> bool:
+    """Whether batches for `cfg` carry previous target sentences (`ctx_tgt`) to the model."""
+    return cfg.context.side in TARGET_SIDES and cfg.context.prev_sentences > 0
+
+
+def check_no_reference_target(cfg: DictConfig, what: str) -> None:
+    """A `DocMTInputError` naming `context.side` when `what` (test BLEU, translation) would read
+    reference target sentences."""
+    if reads_reference_target(cfg):
+        raise DocMTInputError(
+            f"{what} of a model with target-side context would read the reference previous "
+            f"sentences (side={cfg.context.side}); it needs document-order decoding of the model's "
+            f"own translations, which this version lacks; score it with contrastive suites "
+            f"(docmt contrastive) instead", key="context.side")

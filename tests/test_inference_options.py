@@ -1,0 +1,150 @@
+"""What `docmt translate`, `test` and `contrastive` are told at inference time: `--device`,
+`--lenpen` and the refusal to test or translate with reference target context.
+
+One tiny `transformer` run on `synthetic:tiny` is shared by every test. A model that reads previous
+*target* sentences is made from it by rewriting `context.side` in a copy of its checkpoint (the
+Transformer ignores `ctx_tgt`, so the weights still fit): the refusal depends only on the config.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from lightning_docmt.data.corpora import read_corpus
+from lightning_docmt.data.synthetic import write_contrastive_suite
+from lightning_docmt.data.types import Document
+from lightning_docmt.inference import decoding
+from lightning_docmt.inference.translate import load_checkpoint, translate_documents
+from tests.cli_run import docmt, run_dir_of
+from tests.run_env import single_process_run_env
+
+CORPUS = "synthetic:tiny"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """The run dir, its checkpoint, a two-document input file and the working directory."""
+    root = tmp_path_factory.mktemp("inference")
+    with single_process_run_env() as mp:
+        mp.chdir(root)
+        config = root / "run.yaml"
+        config.write_text(f"data:\n  corpus: {CORPUS}\n  cache_dir: {root / 'cache'}\n"
+                          f"logging:\n  runs_dir: {root / 'runs'}\n"
+                          "train:\n  max_steps: 20\n  val_every_steps: 20\n")
+        run_dir = run_dir_of(docmt("fit", config, "--profile", "tiny"))
+        docs = [d.src[:3] for d in read_corpus(CORPUS).documents if d.split == "test"][:2]
+        source = root / "docs.jsonl"
+        source.write_text("".join(json.dumps({"doc_id": f"d{i}", "src": doc}) + "\n"
+                                  for i, doc in enumerate(docs)), encoding="utf-8")
+        checkpoint = Path(json.loads((run_dir / "run.json").read_text())["checkpoint"])
+        yield {"root": root, "run_dir": run_dir, "checkpoint": checkpoint, "source": source}
+
+
+def translations(path: Path) -> list[list[str]]:
+    return [json.loads(line)["hyp"] for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def assert_one_error_line(outcome, *needles: str) -> None:
+    assert outcome.code == 2, outcome.err
+    assert len(outcome.err.strip().splitlines()) == 1, outcome.err
+    assert all(n in outcome.err for n in needles), outcome.err
+
+
+def test_translate_on_the_cpu_equals_the_default_device_here(run):
+    out_cpu, out_default = run["root"] / "cpu.jsonl", run["root"] / "default.jsonl"
+    common = ["translate", "--ckpt", run["checkpoint"], "--input", run["source"]]
+    assert docmt(*common, "--output", out_cpu, "--device", "cpu").code == 0
+    assert docmt(*common, "--output", out_default).code == 0
+    assert translations(out_cpu) == translations(out_default)
+    assert any(h for doc in translations(out_cpu) for h in doc)
+
+
+def test_test_on_the_cpu_reproduces_the_runs_metrics(run):
+    outcome = docmt("test", run["run_dir"], "--device", "cpu", "--json")
+    assert outcome.code == 0, outcome.err
+    stored = json.loads((run["run_dir"] / "metrics.json").read_text())
+    scores = json.loads(outcome.out)
+    assert scores["test/bleu"] == stored["test/bleu"] and scores["env/device"] == "cpu"
+
+
+@pytest.mark.parametrize("device, needle", [("tpu", "tpu"), ("cuda:99", "cuda:99"),
+                                            ("not a device", "not a device")])
+@pytest.mark.parametrize("command", ["translate", "test", "contrastive"])
+def test_a_device_that_is_not_here_is_one_error_line(run, command, device, needle):
+    output = run["root"] / "never.jsonl"
+    argv = {"translate": ["translate", "--ckpt", run["checkpoint"], "--input", run["source"],
+                          "--output", output],
+            "test": ["test", run["run_dir"]],
+            "contrastive": ["contrastive", "--ckpt", run["checkpoint"], "--suite", run["source"]]}
+    assert_one_error_line(docmt(*argv[command], "--device", device), "--device", needle)
+    assert not output.exists()
+
+
+def test_lenpen_reaches_beam_search_and_leaves_the_model_config_alone(run, monkeypatch):
+    model = load_checkpoint(run["checkpoint"], "cpu")
+    configured = model.cfg.decode.len_penalty
+    assert configured != 0.25  # the value below must differ from the configured one
+    seen: list[float] = []
+    search = decoding.beam_search
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs["len_penalty"])
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(decoding, "beam_search", recording)
+    documents = [Document(doc_id="d", src=["the dog ."], tgt=[""])]
+    translate_documents(model, documents, beam=2, len_penalty=0.25)
+    assert seen and set(seen) == {0.25}
+    assert model.cfg.decode.len_penalty == configured
+    assert model.module.cfg.decode.len_penalty == configured
+
+
+@pytest.fixture(scope="module")
+def target_context(run: dict[str, Path]) -> dict[str, Path]:
+    """A copy of the run (checkpoint and config.yaml) whose config reads one previous target
+    sentence."""
+    checkpoint = torch.load(run["checkpoint"], map_location="cpu", weights_only=False)
+    config = checkpoint["hyper_parameters"]["config"]
+    config["context"].update(side="target", prev_sentences=1)
+    run_dir = run["root"] / "target_run"
+    run_dir.mkdir()
+    torch.save(checkpoint, run_dir / "target.ckpt")
+    OmegaConf.save(OmegaConf.create(config), run_dir / "config.yaml")
+    return {"run_dir": run_dir, "checkpoint": run_dir / "target.ckpt"}
+
+
+def test_translating_with_target_context_is_refused(run, target_context):
+    output = run["root"] / "never.jsonl"
+    outcome = docmt("translate", "--ckpt", target_context["checkpoint"], "--input", run["source"],
+                    "--output", output)
+    assert_one_error_line(outcome, "context.side", "translation")
+    assert not output.exists()
+
+
+def test_testing_with_target_context_is_refused(target_context):
+    outcome = docmt("test", target_context["run_dir"], "--ckpt", target_context["checkpoint"])
+    assert_one_error_line(outcome, "context.side", "test BLEU")
+
+
+def test_fitting_with_target_context_is_refused_before_training(run):
+    config = run["root"] / "target.yaml"
+    config.write_text(f"data:\n  corpus: {CORPUS}\n  cache_dir: {run['root'] / 'cache'}\n"
+                      f"logging:\n  runs_dir: {run['root'] / 'target_runs'}\n"
+                      "context:\n  side: mix\n  prev_sentences: 1\ntrain:\n  max_steps: 2\n")
+    outcome = docmt("fit", config, "--profile", "tiny")
+    assert_one_error_line(outcome, "context.side")
+    assert not (run["root"] / "target_runs").exists()
+
+
+def test_contrastive_scoring_with_target_context_stays_allowed(run, target_context):
+    suite = run["root"] / "suite.jsonl"
+    n = write_contrastive_suite("tiny", suite)
+    outcome = docmt("contrastive", "--ckpt", target_context["checkpoint"], "--suite", suite, "--json")
+    assert outcome.code == 0, outcome.err
+    assert json.loads(outcome.out)["n"] == n
