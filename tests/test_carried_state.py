@@ -18,7 +18,11 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import OmegaConf
 
+from lightning_docmt.data.types import Document
+from lightning_docmt.data.vocab import WordVocab
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.evaluation.contrastive import score_suite
+from lightning_docmt.inference.translate import LoadedModel, translate_documents
 from lightning_docmt.training import run as train
 from lightning_docmt.training.model_hooks import CarriedState
 from lightning_docmt.training.module import DocMTModule
@@ -128,3 +132,19 @@ def test_a_carrying_model_needs_document_order(tmp_path, hook_archs):
     assert "key 'data.document_order'" in str(err.value)
     with pytest.raises(DocMTInputError, match="key 'data.document_order'"):
         DocMTModule(OmegaConf.to_container(cfg, resolve=True), 16, 16)
+
+
+def test_sentence_by_sentence_inference_of_a_carrying_model_is_refused(tmp_path, hook_archs):
+    cfg = tiny_config(tmp_path, f"model.arch={CARRYING}", "data.document_order=true")
+    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), 16, 16)
+    model = LoadedModel(module, cfg, WordVocab(["a", "b"]), WordVocab(["a", "b"]))
+    documents = [Document("d", ["a", "a"], ["", ""])]
+    with pytest.raises(DocMTInputError, match="translation of a model that carries state"):
+        translate_documents(model, documents, beam=1, len_penalty=1.0)
+    example = {"id": "e", "src": "a", "src_context": [], "tgt_context": [], "candidates": ["a", "b"],
+               "label": 0}
+    with pytest.raises(DocMTInputError, match="contrastive scoring"):
+        score_suite(model, [example])
+    with pytest.raises(DocMTInputError, match="key 'eval.contrastive'"):
+        train.check_stages(tiny_config(tmp_path, f"model.arch={CARRYING}", "data.document_order=true",
+                                       "eval.contrastive=[corpus]"))

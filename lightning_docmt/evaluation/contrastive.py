@@ -30,7 +30,8 @@ from lightning_docmt.data.corpora import corpus_suite
 from lightning_docmt.data.splits import split_sources
 from lightning_docmt.data.types import Document
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference.translate import LoadedModel, batches, binarize_documents
+from lightning_docmt.inference.translate import (LoadedModel, batches, binarize_documents,
+                                                  check_sentence_by_sentence)
 from lightning_docmt.evaluation.scoring import sequence_log_probs
 
 
@@ -52,6 +53,7 @@ def candidate_documents(examples: Sequence[dict]) -> tuple[list[Document], list[
 def score_suite(model: LoadedModel, examples: Sequence[dict], max_tokens: int = 8192
                 ) -> list[list[float]]:
     """Log-probability of every candidate of every example."""
+    check_sentence_by_sentence(model, "contrastive scoring")
     documents, owners = candidate_documents(examples)
     scores: list[list[float]] = [[0.0] * len(ex["candidates"]) for ex in examples]
     with tempfile.TemporaryDirectory() as tmp:

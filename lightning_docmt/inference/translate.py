@@ -61,6 +61,16 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
     return LoadedModel(module, cfg, src_vocab, tgt_vocab)
 
 
+def check_sentence_by_sentence(model: LoadedModel, what: str) -> None:
+    """A model that hands a state from each sentence to the next (`carries_state`) is decoded in
+    document order only by the test loop (`docmt test`); `what` (translation, contrastive scoring)
+    decodes length-sorted batches, so it is an error naming `model.arch`."""
+    if type(model.module.model).carries_state:
+        raise DocMTInputError(f"{what} of a model that carries state from sentence to sentence "
+                              f"('{model.cfg.model.arch}') needs document-order decoding, which "
+                              f"only the test loop does (docmt test)", key="model.arch")
+
+
 def binarize_documents(documents: Sequence[Document], model: LoadedModel, directory: Path
                        ) -> BinarizedSplit:
     build_cache(documents, model.src_vocab, model.tgt_vocab, directory)
@@ -81,6 +91,7 @@ def translate_documents(model: LoadedModel, documents: Sequence[Document], *, be
                         len_penalty: float) -> list[list[str]]:
     """Detokenised translations of every sentence, grouped by document, in input order."""
     check_no_reference_target(model.cfg, "translation")
+    check_sentence_by_sentence(model, "translation")
     with tempfile.TemporaryDirectory() as tmp:
         split = binarize_documents(documents, model, Path(tmp))
         hyps: list[str] = [""] * split.n_sentences
