@@ -6,7 +6,7 @@ resident set size from `os.wait4` (the per-child form of `getrusage(RUSAGE_CHILD
 measurement never inherits another's peak. The epoch is iterated as rank 0 of a 2-rank world,
 the way one DDP rank would see it; besides its peak RSS (which counts the memory-mapped token
 pages it touched, shared with every other rank through the page cache) it reports its anonymous
-(private) memory after imports, after setup and at the end of the epoch. Goals (DESIGN.md
+(private) memory after imports, after setup and at the end of the epoch. Goals (docs/design.md
 section 5): prepare of 2M sentence pairs in <= 10 minutes and <= 4 GB on 2 cores; a rank's
 private memory nearly flat in corpus size (token ids stay in memory maps; only per-sentence
 length/index arrays are held, a few bytes each).

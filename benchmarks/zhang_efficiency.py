@@ -1,6 +1,6 @@
 """Efficiency of Zhang et al. 2018's document Transformer against the sentence Transformer (Table 6).
 
-The paper (ablations.md 1.7, T6) reports training speed 41K (Transformer) vs. 31K (this work) and
+The paper (docs/papers/zhang2018.md section 7, T6) reports training speed 41K (Transformer) vs. 31K (this work) and
 decoding speed 872 vs. 364, units not stated: ratios 0.76 and 0.42. This benchmark builds both
 models at the same sizes (a profile's, `cpu` by default, plus `key=value` overrides), feeds them the
 same batches of a real corpus (the DataModule's document windows with the zhang_doc context, which the

@@ -1,6 +1,6 @@
-"""Checkpoint averaging (DESIGN.md section 7): a pure function, a callback, and `docmt average`.
+"""Checkpoint averaging (docs/design.md section 7): a pure function, a callback, and `docmt average`.
 
-"Diverse Pretrained Context Encodings Improve Document Translation" (ablations.md 5.4, trap 21)
+"Diverse Pretrained Context Encodings Improve Document Translation" (docs/papers/pretrained_context.md section 4, trap 21)
 averages the 10 contiguous checkpoints with the best mean validation BLEU, once before a stage-1
 Transformer bootstraps the document models and once before reporting. `CheckpointAveraging` applies
 that rule (`rule: best_contiguous`) or the last N (`rule: last`) at the end of every stage
@@ -8,7 +8,7 @@ that rule (`rule: best_contiguous`) or the last N (`rule: last`) at the end of e
 
 `average_state_dicts` averages floating tensors in float32 (float64 stays float64) and casts back to
 each tensor's dtype; integer and bool buffers (step counters, masks) are copied from the newest
-(last) state dict. The traps it avoids (DESIGN.md section 12): fairseq floor-divides integer
+(last) state dict. The traps it avoids (docs/design.md section 12): fairseq floor-divides integer
 tensors, NeMo sums them, OpenNMT-py accumulates in half precision (in bf16, 256 + 1 rounds back to
 256, so a bf16 sum of many checkpoints drifts).
 """

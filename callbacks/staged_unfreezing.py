@@ -1,13 +1,13 @@
-"""`StagedUnfreezing`: the freezing policy of one training stage (DESIGN.md section 7).
+"""`StagedUnfreezing`: the freezing policy of one training stage (docs/design.md section 7).
 
-Zhang et al. 2018's two-step training (Eq. 25, ablations.md 1.4 and trap 4): step 2 trains theta_d
+Zhang et al. 2018's two-step training (Eq. 25, docs/papers/zhang2018.md section 4 and trap 4): step 2 trains theta_d
 only, theta_s (embeddings, W_o, every original attention, FFN and LayerNorm) stays frozen. A stage
 names what trains with `train.stages.<name>.trainable` (fnmatch globs over the names of
 `module.model.named_parameters()`, e.g. `THETA_D_GLOBS` of `models/zhang_doc.py`); everything else
 is frozen. Optional milestones (`train.stages.<name>.unfreeze`) make more parameters trainable at an
 optimizer step or an epoch, with an explicit lr (schema.UnfreezeConfig).
 
-Guarantees and the traps they avoid (DESIGN.md section 12):
+Guarantees and the traps they avoid (docs/design.md section 12):
 
 - A glob that matches nothing is a `DocMTInputError` naming `train.stages.<name>.trainable` (or the
   milestone's `unfreeze.<i>.globs`); `check` runs on the meta device before anything trains.

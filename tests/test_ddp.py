@@ -1,4 +1,4 @@
-"""A real 2-process CPU DDP fit (gloo), run in a subprocess (DESIGN.md section 11).
+"""A real 2-process CPU DDP fit (gloo), run in a subprocess (docs/design.md section 11).
 
 Lightning's `ddp` strategy starts rank 1 by re-running `sys.argv`, which inside pytest would re-run
 pytest: the fit therefore runs `tests/ddp_fit_script.py` (`docmt fit` plus a callback that records,

@@ -1,5 +1,5 @@
 """Learning tests (slow): tiny models on the synthetic corpus use their context, or do not
-(DESIGN.md sections 6 and 11).
+(docs/design.md sections 6 and 11).
 
 Every run goes through the public API (`config.compose` + `train.fit_run`) and is scored by its own
 `metrics.json`: `eval.contrastive: [corpus]` evaluates the synthetic test split's contrastive suite.

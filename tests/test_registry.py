@@ -11,6 +11,9 @@ import lightning_docmt.models
 from lightning_docmt import registry
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.schema import ModelConfig
+from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
+from lightning_docmt.training.run import check_stages
+from tests.stage_fits import tiny_config
 
 
 @pytest.fixture
@@ -78,3 +81,33 @@ def test_import_all_archs_imports_every_model_module(restored_registry, tmp_path
     registry.import_all_archs()
     assert registry.ARCHS["probe_arch_test"].config_class().probe == 3
     sys.modules.pop("lightning_docmt.models.probe_arch_test", None)
+
+
+class PretrainedStandIn(TransformerSeq2Seq):
+    """A model whose constructor would load a pretrained encoder (here: fail), answering
+    `parameter_names` from its config alone, as a pretrained-context model does."""
+
+    def __init__(self, cfg, src_vocab_size, tgt_vocab_size):
+        raise AssertionError("constructed: would have loaded a pretrained encoder")
+
+    @classmethod
+    def parameter_names(cls, cfg) -> list[str]:
+        return ["pretrained.layer.0.weight", "adapter.weight", "output.weight"]
+
+
+@dataclass
+class PretrainedStandInConfig(TransformerConfig):
+    arch: str = "pretrained_stand_in"
+
+
+def test_check_stages_asks_the_model_class_for_names_without_building_it(restored_registry, tmp_path):
+    registry.ARCHS["pretrained_stand_in"] = registry.ArchEntry(
+        "pretrained_stand_in", PretrainedStandInConfig, PretrainedStandIn)
+
+    def stage_config(trainable: str):
+        return tiny_config(tmp_path, "model.arch=pretrained_stand_in",
+                           f"train.stages.main.trainable=[{trainable}]")
+
+    check_stages(stage_config("adapter.*"))  # its names, not a built model's
+    with pytest.raises(DocMTInputError, match="encoder.layers"):
+        check_stages(stage_config("encoder.layers.*"))  # a Transformer's name, not this model's

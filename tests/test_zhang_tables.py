@@ -1,4 +1,4 @@
-"""The Zhang et al. 2018 table files (experiments/zhang2018/) against ablations.md section 1.
+"""The Zhang et al. 2018 table files (experiments/zhang2018/) against docs/papers/zhang2018.md.
 
 Composition only (no training): the rows switch what the paper's tables vary and nothing else,
 the two-step stages follow section 1.4 (theta_s frozen, theta_d trained, trap 4), the stage-1
@@ -95,7 +95,7 @@ def test_step_2_trains_theta_d_alone_from_the_transformer(path):
 
 @pytest.mark.parametrize("path", TABLES, ids=lambda p: p.stem)
 def test_defaults_are_the_papers_final_system(path):
-    """ablations.md 1.7: N_c=1, gating on, context attention on both sides, 2 previous source
+    """docs/papers/zhang2018.md section 7: N_c=1, gating on, context attention on both sides, 2 previous source
     sentences, beam 4, length penalty 0.6, case-insensitive BLEU; a table changes only its own knob."""
     table = load_table(path)
     varied = {"t1": "context.prev_sentences", "t2": "model.context_layers",

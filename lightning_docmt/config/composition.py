@@ -1,4 +1,4 @@
-"""Compose a run config from its layers (DESIGN.md section 3).
+"""Compose a run config from its layers (docs/design.md section 3).
 
 Merge order, later layers win:
 
@@ -183,7 +183,7 @@ def config_hash(node: Any) -> str:
 
     It is sha256 over canonical JSON (sorted keys, no spaces) of the resolved values, so it does not
     depend on key order, on the process, or on how the values were composed. Stage checkpoints are
-    keyed by it (stage reuse, DESIGN.md section 7).
+    keyed by it (stage reuse, docs/design.md section 7).
     """
     if OmegaConf.is_config(node):
         node = OmegaConf.to_container(node, resolve=True)

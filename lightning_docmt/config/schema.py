@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 @dataclass
 class VocabConfig:
-    """Subword or word vocabulary (DESIGN.md section 5)."""
+    """Subword or word vocabulary (docs/design.md section 5)."""
 
     type: str = "bpe"  # bpe | unigram | word
     size: int = 8000  # sentencepiece vocab size, or the word-vocabulary cap (incl. specials)
@@ -41,7 +41,7 @@ class ExternalContextConfig:
 
 @dataclass
 class ContextConfig:
-    """Document windows around sentence i (DESIGN.md section 5)."""
+    """Document windows around sentence i (docs/design.md section 5)."""
 
     prev_sentences: int = 0  # k previous source sentences
     next_sentences: int = 0  # m next source sentences
@@ -95,7 +95,7 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
-    """Adam + warmup schedule (DESIGN.md section 7)."""
+    """Adam + warmup schedule (docs/design.md section 7)."""
 
     lr: float = 1.0  # inverse_sqrt: multiplier of d_model^-0.5 * min(t^-0.5, t*w^-1.5); else peak lr
     schedule: str = "inverse_sqrt"  # inverse_sqrt | linear_warmup_inverse_sqrt | linear_warmup_linear_decay | constant
@@ -114,7 +114,7 @@ class UnfreezeConfig:
     Once the stage has made `at_step` optimizer updates (counted from 0 in every stage, whatever
     `continue_schedule` says), or at the start of its epoch `at_epoch` (set exactly one), the
     still-frozen parameters matching `globs` start training, as an optimizer group of their own.
-    `lr` is required (no silent lr/10 default, DESIGN.md section 12) and is in the units of
+    `lr` is required (no silent lr/10 default, docs/design.md section 12) and is in the units of
     `train.optim.lr`: the group follows the stage's schedule with `lr` in place of the stage's lr.
     """
 
@@ -126,7 +126,7 @@ class UnfreezeConfig:
 
 @dataclass
 class StageConfig:
-    """One stage of a multi-stage run: one `trainer.fit` (DESIGN.md section 7)."""
+    """One stage of a multi-stage run: one `trainer.fit` (docs/design.md section 7)."""
 
     arch: Optional[str] = None  # None: model.arch; e.g. stage 1 of Zhang's two-step is a transformer
     data: dict[str, Any] = field(default_factory=dict)  # overrides of `data.*` for this stage
@@ -147,7 +147,7 @@ class AverageConfig:
     `checkpoints` > 0 keeps the weights of every validation and, when the stage ends, averages the
     last N (`rule: last`) or the N contiguous ones with the best mean validation score
     (`rule: best_contiguous`, the 10-checkpoint rule of "Diverse Pretrained Context Encodings",
-    ablations.md 5.4). The averaged model becomes the stage's final checkpoint.
+    docs/papers/pretrained_context.md section 4). The averaged model becomes the stage's final checkpoint.
     """
 
     checkpoints: int = 0  # N; 0 = off

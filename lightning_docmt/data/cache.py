@@ -1,4 +1,4 @@
-"""Binarized, memory-mapped splits (DESIGN.md section 5).
+"""Binarized, memory-mapped splits (docs/design.md section 5).
 
 One directory per split, keyed by a content hash of (split source fingerprint, vocabulary key,
 filter options, and the external tokenizer's fingerprint when there is one). All arrays are raw

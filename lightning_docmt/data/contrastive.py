@@ -1,4 +1,4 @@
-"""Contrastive test suites: the generic JSONL format (DESIGN.md section 8) and converters to it.
+"""Contrastive test suites: the generic JSONL format (docs/design.md section 8) and converters to it.
 
 One example per line:
 

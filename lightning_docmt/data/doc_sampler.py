@@ -1,4 +1,4 @@
-"""Document-order batches (DESIGN.md section 5, `data.document_order`).
+"""Document-order batches (docs/design.md section 5, `data.document_order`).
 
 Documents are taken in groups of up to `max_documents`; a group yields, for j = 0, 1, ..., the
 j-th target sentence of every document of the group that has one. A model that carries state

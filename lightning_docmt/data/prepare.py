@@ -1,4 +1,4 @@
-"""Vocabulary + binarized splits of a config, built once and shared (`docmt prepare`, DESIGN.md 9).
+"""Vocabulary + binarized splits of a config, built once and shared (`docmt prepare`, docs/design.md section 9).
 
 Cache layout under `data.cache_dir`:
 `vocab/<vocab key>/` (see `vocab.py`) and `bin/<split>-<split key>/` (see `cache.py`). The keys

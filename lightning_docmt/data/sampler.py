@@ -1,4 +1,4 @@
-"""Token-budget batch samplers, sharded across DDP ranks and resumable mid-epoch (DESIGN.md sec. 5).
+"""Token-budget batch samplers, sharded across DDP ranks and resumable mid-epoch (docs/design.md section 5).
 
 Budget rule: a batch of n sentences costs n * (sum over its tensors of the longest row), i.e.
 the padded sizes of `src`, `tgt_in` (= `tgt_out`, counted once) and every context tensor summed;

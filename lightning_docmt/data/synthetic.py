@@ -1,5 +1,5 @@
 """A seeded generator of parallel documents whose translation is decidable only from context
-(DESIGN.md section 6), and its contrastive suite.
+(docs/design.md section 6), and its contrastive suite.
 
 Language. Pseudo-English -> pseudo-French with a closed vocabulary of ~180 words per side (made-up
 word forms, fixed by `LEXICON_SEED`), translated word by word except for the adjective, which follows

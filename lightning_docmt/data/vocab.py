@@ -1,4 +1,4 @@
-"""Vocabularies: sentencepiece subwords (BPE or unigram) and whitespace words (DESIGN.md sec. 5).
+"""Vocabularies: sentencepiece subwords (BPE or unigram) and whitespace words (docs/design.md section 5).
 
 Every vocabulary shares the special ids of the batch contract (`data/batch.py`): `<pad>`=0,
 `<unk>`=1, `<s>`=2, `</s>`=3, `<sep>`=4. `encode` never adds `<s>`/`</s>`; the collator does.

@@ -1,4 +1,4 @@
-"""Document windows around sentence i (DESIGN.md section 5; layout in `data/batch.py`).
+"""Document windows around sentence i (docs/design.md section 5; layout in `data/batch.py`).
 
 Pure functions over the flat token arrays of `cache.TokenArray` (`ids`, `offsets`): the sentences
 of a document are contiguous, so the k previous sentences of sentence i are one slice
@@ -9,7 +9,7 @@ previous sentences oldest first / next sentences nearest first, joined by `<sep>
 `separator` is on, then `<eos>`. Segment ids are the distance d of a token's sentence from
 sentence i (a `<sep>` takes the id of the sentence it closes); the final `<eos>` gets 1, or 0 for
 an empty context, which is the single token `<eos>` (Zhang et al. 2018 reference pipeline,
-reading Z4 in ablations.md). A side longer than `max_tokens` (`<eos>` included) loses its oldest
+reading Z4 in docs/papers/zhang2018.md). A side longer than `max_tokens` (`<eos>` included) loses its oldest
 tokens first: the left of a previous-context, the right of a next-context.
 
 The external stream `ctx_ext` (`context.external`, docs/design.md section 5) has the window of

@@ -1,4 +1,4 @@
-"""Contrastive evaluation (DESIGN.md section 8): does the model prefer the correct candidate?
+"""Contrastive evaluation (docs/design.md section 8): does the model prefer the correct candidate?
 
 Each candidate of an example becomes a small document whose last sentence is (`src`, candidate) and
 whose earlier sentences are the example's `src_context` / `tgt_context` (the shorter side padded

@@ -1,4 +1,4 @@
-"""Evaluation metrics (DESIGN.md section 8).
+"""Evaluation metrics (docs/design.md section 8).
 
 - `corpus_bleu`, `corpus_chrf`: sacreBLEU (Post 2018) on detokenised text; every `Score` keeps the
   sacreBLEU signature string (e.g. `nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:2.6.0`), since

@@ -2,9 +2,10 @@
 
 Tiedemann & Scherrer 2017 ("2-to-1"), the uni-encoder concatenation baseline (`model.arch=concat`).
 A standard Transformer whose encoder reads the concatenation and whose decoder attends to every
-encoded position; the target is the current sentence only. Only previous sentences are read; Ma
-et al. 2020's "Uni Transformer" over [previous; current; next] is `flat` with bottom=6, top=0 and
-no segment embedding (reading F4 in ablations.md).
+encoded position; the target is the current sentence only. Only previous sentences are read. Ma
+et al. 2020's "Uni Transformer" row (reading F4 in docs/papers/flat2020.md: every encoder layer over
+the concatenated context and current sentence, no segment embedding) is this model's input layout
+with the Flat-Transformer's context window; the Flat-Transformer itself is planned, not built yet.
 
 Encoder input layout, per row, built from the batch contract (`data/batch.py`):
     ctx_src = c_1 ... c_M <eos>   (previous sentences, oldest first, as the DataModule joined them)

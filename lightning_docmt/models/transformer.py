@@ -1,6 +1,6 @@
 """The sentence-level Transformer (Vaswani et al. 2017), as used by every seed paper as the baseline.
 
-Zhang et al. 2018 (ablations.md 1.2), without the context encoder and context attention:
+Zhang et al. 2018 (docs/papers/zhang2018.md section 2), without the context encoder and context attention:
     encoder, Eqs. 11 and 13:  B = LN(S + MultiHead(S, S, S));  S' = LN(B + FFN(B))
     decoder, Eqs. 15, 17, 18: E = LN(T + MaskedMultiHead(T, T, T));  G = LN(E + MultiHead(E, S, S));
                               T' = LN(G + FFN(G))

@@ -1,4 +1,4 @@
-"""Zhang et al. 2018, "Improving the Transformer Translation Model with Document-Level Context" (ablations.md 1.2).
+"""Zhang et al. 2018, "Improving the Transformer Translation Model with Document-Level Context" (docs/papers/zhang2018.md section 2).
 
 The sentence Transformer (`models/transformer.py`, theta_s) plus a context encoder and context
 attention (theta_d), reading the previous source sentences X_<k (`batch["ctx_src"]`):
@@ -14,7 +14,7 @@ Every other sublayer keeps the plain residual (trap 1). Tables: T2 (`context_lay
 training, which freezes `THETA_S_GLOBS`), T8 (`context_attn.encoder` / `context_attn.decoder`),
 T9 (`context_gating`), and the "this work" rows of T3, T4 and T6.
 
-Readings (ablations.md 1.8):
+Readings (docs/papers/zhang2018.md section 8):
 - NOT IN PAPER, Z2: the gate is D-dimensional per position, W_i, W_s in R^{DxD} without bias, no
   dropout on U inside the gated path, post-LN kept after the gate (`nn/gating.py`).
 - NOT IN PAPER, Z3: the context is embedded with the SHARED source embedding table (scaled by

@@ -5,7 +5,7 @@
 with H the sublayer INPUT (the sentence stream) and U = SubLayer(H) its output (the context read).
 lambda close to 1 keeps the sentence stream and suppresses the context.
 
-NOT IN PAPER (reading Z2 in ablations.md, after the authors' reference code): lambda is a
+NOT IN PAPER (reading Z2 in docs/papers/zhang2018.md, after the authors' reference code): lambda is a
 D-dimensional gate per position, W_i and W_s are D x D matrices without bias, and no dropout is
 applied to U inside the gated path. The gate is an `integrate` module for `ResidualBlock`, which
 keeps the post-LayerNorm after it: `LN(Gating(H))`.

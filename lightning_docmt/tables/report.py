@@ -1,4 +1,4 @@
-"""Summarise the runs of a table and write it: Markdown, CSV, bar chart, wandb (DESIGN.md section 10).
+"""Summarise the runs of a table and write it: Markdown, CSV, bar chart, wandb (docs/design.md section 10).
 
 For every row and metric: our mean and sample standard deviation over the finished seeds, the
 paper's number, and delta = ours - paper. Failed runs are listed with their error and log file.

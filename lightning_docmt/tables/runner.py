@@ -1,4 +1,4 @@
-"""Run a table file row by row and seed by seed: `docmt table TABLE.yaml` (DESIGN.md sections 9-10).
+"""Run a table file row by row and seed by seed: `docmt table TABLE.yaml` (docs/design.md sections 9-10).
 
 Each run lives in `results/<table id>/<row>/seed<S>/`:
 

@@ -1,4 +1,4 @@
-"""Table files (DESIGN.md section 3): one YAML file per paper table, one run per row and seed.
+"""Table files (docs/design.md section 3): one YAML file per paper table, one run per row and seed.
 
     id: zhang2018.t8                      # also the results folder and the wandb group
     title: Effect of context integration (Zhang et al. 2018, Table 8)

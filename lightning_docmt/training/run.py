@@ -1,4 +1,4 @@
-"""Run orchestration: every stage of one run is one `trainer.fit` (DESIGN.md section 7).
+"""Run orchestration: every stage of one run is one `trainer.fit` (docs/design.md section 7).
 
 `fit_run(cfg)` creates the run directory (with the resolved `config.yaml`), runs the stages listed in
 `train.schedule`, then tests the final model and writes `metrics.json`: the test loop's metrics, the

@@ -1,4 +1,4 @@
-"""Learning-rate schedules of the seed papers (DESIGN.md section 7).
+"""Learning-rate schedules of the seed papers (docs/design.md section 7).
 
 - `inverse_sqrt` (Vaswani et al. 2017, used by Zhang et al. 2018 Sec. 4.1 and Li & Feng):
   lr(t) = lr_scale * d_model^-0.5 * min(t^-0.5, t * warmup^-1.5)
@@ -11,7 +11,7 @@
 - `constant`: lr(t) = lr
 
 t counts optimizer updates from 1. `step_offset` continues a schedule from an earlier stage (Zhang's
-step 2 starts at the last step of step 1, reading Z9 in ablations.md). T (`total_steps`) is the
+step 2 starts at the last step of step 1, reading Z9 in docs/papers/zhang2018.md). T (`total_steps`) is the
 offset plus the stage's own updates, so a stage that continues a decaying schedule decays to 0 at its
 own last update, from the value the line from the peak at `warmup` to 0 at T has at its first update.
 """

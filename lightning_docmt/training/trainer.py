@@ -88,7 +88,7 @@ def _wandb_logger(cfg: DictConfig, out_dir: Path) -> Logger | None:
                              save_dir=str(out_dir), config=OmegaConf.to_container(cfg, resolve=True))
         _ = logger.experiment  # start now so that a failure is caught here
         return logger
-    except Exception as err:  # wandb trouble never stops training (DESIGN.md section 10)
+    except Exception as err:  # wandb trouble never stops training (docs/design.md section 10)
         progress(f"wandb disabled for this run: {type(err).__name__}: {err}")
         return None
 

@@ -1,4 +1,4 @@
-"""Corpus specs -> `Corpus` (DESIGN.md section 5).
+"""Corpus specs -> `Corpus` (docs/design.md section 5).
 
 A corpus spec is a string `PREFIX:ARGS` usable in YAML and on the command line:
 `bible:en-fr`, `synthetic:NAME`, `jsonl:PATH`, `iwslt:SRC.xml,TGT.xml`, `maruf:SRC.txt,TGT.txt`,
