@@ -14,12 +14,14 @@ from typing import Any, Sequence
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig
 
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.training import run as train
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.training.module import DocMTModule
+from tests.run_env import single_process_run_env
 
 CORPUS = "synthetic:tiny"
 
@@ -52,6 +54,19 @@ def fit_stage(cfg: DictConfig, name: str, out_dir: Path, *, init_from: Path | No
     trainer.callbacks.extend(callbacks)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     return StageFit(trainer, module, datamodule)
+
+
+def fit_then_resume(cfg: DictConfig, root: Path, full: pl.Callback, resumed: pl.Callback,
+                    resume_at: int) -> tuple[StageFit, StageFit]:
+    """Stage "main" fitted in full (with `full`, a checkpoint after every update under
+    `root/steps`), then fitted again from the checkpoint after update `resume_at` (with `resumed`)."""
+    every_step = ModelCheckpoint(dirpath=str(root / "steps"), every_n_train_steps=1, save_top_k=-1,
+                                 filename="{step}")
+    with single_process_run_env():
+        fit = fit_stage(cfg, "main", root / "full", callbacks=[full, every_step])
+        resumed_fit = fit_stage(cfg, "main", root / "resumed", callbacks=[resumed],
+                                ckpt_path=root / "steps" / f"step={resume_at}.ckpt")
+    return fit, resumed_fit
 
 
 def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:

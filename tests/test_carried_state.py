@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import OmegaConf
 
 from lightning_docmt.data.types import Document
@@ -27,8 +26,7 @@ from lightning_docmt.training import run as train
 from lightning_docmt.training.model_hooks import CarriedState
 from lightning_docmt.training.module import DocMTModule
 from tests.hook_stand_ins import CARRYING, RESET, Sentence, hook_archs  # noqa: F401 (fixture)
-from tests.run_env import single_process_run_env
-from tests.stage_fits import StepRecorder, fit_stage, tiny_config
+from tests.stage_fits import StepRecorder, fit_then_resume, tiny_config
 
 STEPS, RESUME_AT = 20, 13
 CARRYING_RUN = [f"model.arch={CARRYING}", "data.document_order=true", f"train.max_steps={STEPS}",
@@ -38,14 +36,8 @@ CARRYING_RUN = [f"model.arch={CARRYING}", "data.document_order=true", f"train.ma
 @pytest.fixture(scope="module")
 def carried(tmp_path_factory: pytest.TempPathFactory, hook_archs) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("carry")
-    cfg = tiny_config(root, *CARRYING_RUN)
-    every_step = ModelCheckpoint(dirpath=str(root / "steps"), every_n_train_steps=1, save_top_k=-1,
-                                 filename="{step}")
     full, resumed = StepRecorder(), StepRecorder()
-    with single_process_run_env():
-        fit = fit_stage(cfg, "main", root / "full", callbacks=[full, every_step])
-        resumed_fit = fit_stage(cfg, "main", root / "resumed", callbacks=[resumed],
-                                ckpt_path=root / "steps" / f"step={RESUME_AT}.ckpt")
+    fit, resumed_fit = fit_then_resume(tiny_config(root, *CARRYING_RUN), root, full, resumed, RESUME_AT)
     return {"sentences": fit.module.model.sentences, "full": full, "resumed": resumed,
             "resumed_sentences": resumed_fit.module.model.sentences}
 

@@ -16,7 +16,6 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.training_hooks import OptimizerPhase
@@ -24,8 +23,7 @@ from lightning_docmt.training import run as train
 from lightning_docmt.training import trainer as trainer_factory
 from lightning_docmt.training.model_hooks import PhaseCycle
 from tests.hook_stand_ins import PHASE_GLOBS, PHASE_STEPS, PHASED, hook_archs  # noqa: F401 (fixture)
-from tests.run_env import single_process_run_env
-from tests.stage_fits import fit_stage, tiny_config, weights
+from tests.stage_fits import fit_then_resume, tiny_config, weights
 
 STEPS, RESUME_AT, CLIP = 8, 3, 0.1
 EXPECTED_PHASES = [("a", "b")[step // PHASE_STEPS % 2] for step in range(STEPS)]  # a a b b a a b b
@@ -72,14 +70,8 @@ class PhaseRecorder(pl.Callback):
 @pytest.fixture(scope="module")
 def phased(tmp_path_factory: pytest.TempPathFactory, hook_archs) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("phases")
-    cfg = tiny_config(root, *PHASED_RUN)
-    every_step = ModelCheckpoint(dirpath=str(root / "steps"), every_n_train_steps=1, save_top_k=-1,
-                                 filename="{step}")
     full, resumed = PhaseRecorder(), PhaseRecorder()
-    with single_process_run_env():
-        fit = fit_stage(cfg, "main", root / "full", callbacks=[full, every_step])
-        resumed_fit = fit_stage(cfg, "main", root / "resumed", callbacks=[resumed],
-                                ckpt_path=root / "steps" / f"step={RESUME_AT}.ckpt")
+    fit, resumed_fit = fit_then_resume(tiny_config(root, *PHASED_RUN), root, full, resumed, RESUME_AT)
     return {"full": full, "fit": fit, "resumed": resumed, "resumed_fit": resumed_fit}
 
 
