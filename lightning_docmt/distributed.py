@@ -44,12 +44,15 @@ def barrier() -> None:
 def agree_on_exit_status(status: int) -> int:
     """The exit status of a command on every rank: the first non-zero status of any rank.
 
-    Every rank of a DDP command calls this once at its end. Rank zero therefore stays alive until
-    every other rank has finished its command; a rank that dies instead (an exception) never
-    arrives, and Lightning's launcher, which watches the ranks it started, then kills rank zero:
-    its exit status is non-zero either way. Outside a distributed run: `status`.
+    Every rank of a DDP command calls this once at its end. A rank whose command succeeded waits
+    for the others, so rank zero stays alive until every rank has finished. A rank whose command
+    failed returns at once: the other ranks may be inside a collective it will never join (a
+    failure mid-run), so it must not start one. It exits non-zero; Lightning's launcher, which
+    watches the ranks it started, then kills rank zero, and a rank whose peer is gone fails in its
+    next collective: the command's status is non-zero either way. Outside a distributed run:
+    `status`.
     """
-    if _world() == 1:
+    if _world() == 1 or status != 0:
         return status
     statuses = [0] * _world()
     torch.distributed.all_gather_object(statuses, status)

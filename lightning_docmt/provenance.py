@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -24,20 +25,34 @@ import torch
 
 import lightning_docmt
 from lightning_docmt import callbacks
+from lightning_docmt.distributed import is_global_zero
+from lightning_docmt.errors import DocMTInputError
 
 ENV_PREFIX = "env/"  # the provenance entries of metrics.json
+FINGERPRINT_VARIABLE = "DOCMT_CODE_FINGERPRINT"  # rank zero's code fingerprint, for its other ranks
 SOURCE_ROOTS = (Path(lightning_docmt.__file__).parent, Path(callbacks.__file__).parent)
 
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """sha256 (16 hex digits) over the relative path and bytes of every package source file."""
+    """sha256 (16 hex digits) over the relative path and bytes of every package source file.
+
+    The ranks of a DDP run key their stages alike only if they run the same code: rank zero leaves
+    its fingerprint in `FINGERPRINT_VARIABLE` for the ranks Lightning starts later, and a rank
+    whose sources differ (files edited while the run started) stops with an error instead of
+    training towards a stage that rank zero never writes."""
     digest = hashlib.sha256()
     for root in SOURCE_ROOTS:
         for path in sorted(root.rglob("*.py")):
             digest.update(f"{root.name}/{path.relative_to(root).as_posix()}\n".encode())
             digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    fingerprint = digest.hexdigest()[:16]
+    inherited = os.environ.get(FINGERPRINT_VARIABLE)
+    if inherited and inherited != fingerprint and not is_global_zero():
+        raise DocMTInputError(f"the package's source files changed after rank zero started (code "
+                              f"{inherited} there, {fingerprint} here): relaunch the command")
+    os.environ[FINGERPRINT_VARIABLE] = fingerprint
+    return fingerprint
 
 
 @functools.lru_cache(maxsize=1)

@@ -9,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.run_checks import assert_test_bleu_rescores
 from tests.test_ddp import LAUNCH_VARIABLES, REPO
 
 DOCMT = Path(sys.executable).parent / "docmt"
@@ -30,14 +33,15 @@ def test_the_readme_ddp_command_finishes_cleanly_on_both_ranks(tmp_path):
     printed = [line for line in done.stdout.splitlines() if not line.startswith("[")]
     run_dir = tmp_path / "results" / "demo" / "transformer" / "seed1"
     assert printed == [str(run_dir.relative_to(tmp_path))]  # rank zero alone prints the run dir
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["test/bleu"] >= 0 and "contrastive/accuracy" not in metrics
+    assert_test_bleu_rescores(run_dir, "synthetic:tiny")  # the hypotheses of both ranks, gathered
+    assert "contrastive/accuracy" not in json.loads((run_dir / "metrics.json").read_text())
     assert not (run_dir / "error.json").exists()
 
 
-def test_a_rank_that_fails_after_training_fails_the_command(tmp_path):
+@pytest.mark.parametrize("fail_at", ["after_test", "before_test"])
+def test_a_rank_that_fails_fails_the_command_without_hanging(tmp_path, fail_at):
     script = REPO / "tests" / "ddp_failing_rank_script.py"
     done = launch([sys.executable, str(script), *README_DDP, *SHORT, f"data.cache_dir={tmp_path / 'cache'}"],
-                  tmp_path, FAIL_RANK="1")
+                  tmp_path, FAIL_RANK="1", FAIL_AT=fail_at)  # a hang would time out: an error
     assert done.returncode != 0, done.stdout[-2000:]
-    assert "rank 1 fails after its test" in done.stderr
+    assert f"rank 1 fails {fail_at.replace('_', ' its ')}" in done.stderr

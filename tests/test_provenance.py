@@ -5,13 +5,17 @@ other code is reported when reused."""
 from __future__ import annotations
 
 import json
+import os
 
+import pytest
 import torch
 
 from lightning_docmt import provenance
 from lightning_docmt.config.composition import compose
 from lightning_docmt.training import run as train
-from tests.test_end_to_end import FIT_SETTINGS, docmt, read_json, run_dir_of, workdir, write_config  # noqa: F401
+from lightning_docmt.errors import DocMTInputError
+from tests.cli_run import docmt, run_dir_of
+from tests.test_end_to_end import FIT_SETTINGS, read_json, workdir, write_config  # noqa: F401
 
 
 def key_of(cfg) -> str:
@@ -35,6 +39,7 @@ def test_the_fingerprint_covers_every_source_file(monkeypatch, tmp_path):
         (root / "sub").mkdir(parents=True)
         (root / "sub" / "a.py").write_text("x = 1\n")
     monkeypatch.setattr(provenance, "SOURCE_ROOTS", (package, extra))
+    monkeypatch.setenv(provenance.FINGERPRINT_VARIABLE, "")
     fingerprint = provenance.code_fingerprint.__wrapped__
     first = fingerprint()
     (extra / "sub" / "a.py").write_text("x = 2\n")  # a fix in a callback
@@ -42,6 +47,20 @@ def test_the_fingerprint_covers_every_source_file(monkeypatch, tmp_path):
     (package / "sub" / "b.py").write_text("")  # a new module
     assert len({first, second, fingerprint()}) == 3
     assert len(provenance.code_fingerprint()) == 16
+
+
+def test_a_rank_whose_code_differs_from_rank_zeros_stops(monkeypatch, tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    monkeypatch.setattr(provenance, "SOURCE_ROOTS", (tmp_path,))
+    monkeypatch.setenv(provenance.FINGERPRINT_VARIABLE, "")
+    fingerprint = provenance.code_fingerprint.__wrapped__
+    zeros = fingerprint()
+    assert os.environ[provenance.FINGERPRINT_VARIABLE] == zeros  # left for the others
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert fingerprint() == zeros  # another rank with the same code
+    (tmp_path / "a.py").write_text("x = 2\n")  # edited after rank zero started
+    with pytest.raises(DocMTInputError, match="changed after rank zero started"):
+        fingerprint()
 
 
 def test_metrics_record_the_code_versions_and_resolved_settings(workdir):
