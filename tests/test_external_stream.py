@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from lightning_docmt.config.composition import compose
 from lightning_docmt.config.schema import (ContextConfig, DataConfig, ExternalContextConfig,
@@ -28,6 +29,7 @@ from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import WordVocab
 from lightning_docmt.data.windows import ExternalWindow, WindowSpec
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.inference.translate import LoadedModel, batches, binarize_documents
 from tests.corpus_fixtures import random_documents, write_jsonl
 
 PAD = 7  # the external tokenizer's pad id
@@ -327,3 +329,22 @@ def test_the_config_block_is_off_by_default_and_checked():
         "vocab:/some/dir", 64)
     with pytest.raises(DocMTInputError, match="context.external.tokenizr"):
         compose(None, ["context.external.tokenizr=vocab:/some/dir"])
+
+
+def test_documents_binarized_for_inference_carry_the_external_stream(tmp_path, ext_vocab_dir):
+    """`docmt translate` / `contrastive` binarize raw documents themselves: a model that reads
+    `ctx_ext` gets it there too, built as in training."""
+    _, _, context = configs(tmp_path, "unused", ext_vocab_dir, side="source")
+    cfg = OmegaConf.create({"context": OmegaConf.structured(context)})
+    model = LoadedModel(module=None, cfg=cfg, src_vocab=MAIN_VOCAB, tgt_vocab=MAIN_VOCAB)
+    docs = [d for d in DOCS if d.split != "train"]
+    split = binarize_documents(docs, model, tmp_path)
+    where = [(doc, j) for doc in docs for j in range(len(doc))]
+    seen = 0
+    for batch in batches(split, np.arange(len(where)), model.window, 400, torch.device("cpu")):
+        ext, pad = batch["ctx_ext"], batch["ctx_ext_pad"]
+        for b, i in enumerate(batch["sent_index"].tolist()):
+            doc, j = where[i]
+            assert ext[b][~pad[b]].tolist() == expected_row(tokenizer(), doc, j, k=2, max_tokens=8)
+            seen += 1
+    assert seen == len(where)

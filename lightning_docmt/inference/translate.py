@@ -8,6 +8,7 @@ windows and collation), so inference sees exactly the context layout the model w
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_docmt.data.cache import BinarizedSplit, build_cache, load_cache
 from lightning_docmt.data.collate import collate, row_lengths
 from lightning_docmt.data.sampler import TokenBudgetBatchSampler
+from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
 from lightning_docmt.data.types import Document
 from lightning_docmt.checkpoints import VOCAB_KEY, load_state, read_checkpoint, unpack_vocabularies
 from lightning_docmt.data.vocab import Vocabulary
@@ -35,9 +37,14 @@ class LoadedModel:
     src_vocab: Vocabulary
     tgt_vocab: Vocabulary
 
+    @functools.cached_property
+    def external(self) -> ExternalTokenizer | None:
+        """The tokenizer of the model's external context stream (`context.external`), if any."""
+        return external_tokenizer(self.cfg.context)
+
     @property
     def window(self) -> WindowSpec:
-        return WindowSpec.from_config(self.cfg.context)
+        return WindowSpec.from_config(self.cfg.context, self.external)
 
     @property
     def device(self) -> torch.device:
@@ -73,7 +80,7 @@ def check_sentence_by_sentence(model: LoadedModel, what: str) -> None:
 
 def binarize_documents(documents: Sequence[Document], model: LoadedModel, directory: Path
                        ) -> BinarizedSplit:
-    build_cache(documents, model.src_vocab, model.tgt_vocab, directory)
+    build_cache(documents, model.src_vocab, model.tgt_vocab, directory, external=model.external)
     return load_cache(directory)
 
 
