@@ -37,8 +37,12 @@ Measured, contrastive accuracy of Zhang two-step, seeds 1 / 2 / 3 / 4 / 5 / 6: w
 steps 100 / 99.1 / 98.9 / 55.2 / - / - % (seed 4 learnt the sense items but no pronoun, and
 restarting the lr schedule instead of continuing it did not help: 65.4%); with 3,000 steps, which
 the test uses, 100 / 100 / - / 99.8 / 100 / 100 %. The frozen sentence Transformer: 54.8 / 47.5 /
-54.1 / 54.1 / 55.0 / 54.5 %; the concatenation model 99.3 / 100 %; the context-off control 45.7 /
-45.5 % (seeds 1 / 2). The whole file: about 200 s of one CPU core.
+54.1 / 54.1 / 55.0 / 54.5 %; the context-off control 45.7 / 45.5 % (seeds 1 / 2). The concatenation
+model learns the sense items last, at a point that moves with the floating-point details of the
+CPU: after 3,000 steps 99.3 / 100 % (seeds 1 / 2) on one machine type, but 92.7 % with sense at
+62.4 % (seed 1) on an AVX-512 Xeon; after 4,500 steps, which the test uses, 99.3 / 100 / 99.3 %
+(seeds 1 / 2 / 3, sense 96.5 / 100 / 98.8 %) there, and 100 % after 6,000. The whole file: about
+250 s of one CPU core.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ pytestmark = pytest.mark.slow
 NAME = "tiny?docs=2000&test_docs=200&local_cues=70"
 SEED = int(os.environ.get("DOCMT_LEARNING_SEED", "1"))  # other seeds: a manual robustness check
 SENT_STEPS = 1500  # the shared sentence Transformer
-CONCAT_STEPS = 3000
+CONCAT_STEPS = 4500  # the sense items need more than 3,000 on some CPUs (see above)
 DOC_STEPS = 3000  # Zhang's step 2 (theta_d), and the control's
 SETTINGS = [
     f"data.corpus=synthetic:{NAME}", "vocab.type=word", "model.d_model=64", "model.heads=4",
