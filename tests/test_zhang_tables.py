@@ -195,7 +195,15 @@ def test_t8_rows_switch_exactly_the_context_attention_sides():
     assert switches == {"none": (False, False), "encoder": (True, False), "decoder": (False, True),
                         "both": (True, True)}
     paper = {row.name: row.paper["test/bleu"] for row in table.rows}
-    assert paper == {"none": 45.97, "encoder": 47.51, "decoder": None, "both": None}
+    assert paper == {"none": 45.97, "encoder": 47.51, "decoder": None, "both": 47.93}
+
+
+def test_the_full_system_has_one_paper_number_in_every_table():
+    """T8's "both", T9's "gating", T3's and T7's two-step rows are the same system: one number."""
+    full = {load_table(ZHANG / name).row(row).paper["test/bleu"]
+            for name, row in [("t8_context_integration.yaml", "both"), ("t9_gating.yaml", "gating"),
+                              ("t3_comparison.yaml", "this_work"), ("t7_two_step.yaml", "two_step")]}
+    assert full == {47.93}
 
 
 def test_t9_switches_only_the_gate_and_carries_the_derived_numbers():

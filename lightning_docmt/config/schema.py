@@ -20,7 +20,7 @@ class VocabConfig:
     type: str = "bpe"  # bpe | unigram | word
     size: int = 8000  # sentencepiece vocab size, or the word-vocabulary cap (incl. specials)
     joint: bool = True  # one vocabulary for both sides (needed for tied src/tgt embeddings)
-    character_coverage: float = 1.0
+    character_coverage: Optional[float] = None  # sentencepiece; None: by language (data/languages.py)
     max_train_sentences: int = 2_000_000  # sentencepiece input_sentence_size (seeded sample)
     lowercase: bool = False
 
@@ -72,6 +72,8 @@ class DataConfig:
     document_order: bool = False  # yield the sentences of each document in order (target context)
     cache_dir: str = ".cache/docmt"
     train_fraction: float = 1.0  # use only the first fraction of training documents (ablations)
+    src_lang: Optional[str] = None  # ISO 639-1; None: the pair the corpus spec names (bible:zh-en)
+    tgt_lang: Optional[str] = None
 
 
 @dataclass
@@ -183,7 +185,7 @@ class DecodeConfig:
 
 @dataclass
 class EvalConfig:
-    tokenize: str = "13a"
+    tokenize: str = "auto"  # sacreBLEU tokenizer; auto: by target language (data/languages.py)
     lowercase: bool = False  # case-insensitive BLEU (Zhang, Li & Feng)
     valid_bleu: bool = True
     valid_beam: int = 1  # greedy validation BLEU by default (cheap); test uses decode.beam

@@ -27,6 +27,7 @@ from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.splits import SplitSource, split_sources
 from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
 from lightning_docmt.data.types import Corpus, Document
+from lightning_docmt.data.languages import character_coverages
 from lightning_docmt.data.vocab import build_vocabularies, load_vocabularies, vocab_dir
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.schema import DataConfig, VocabConfig
@@ -64,7 +65,8 @@ def cache_layout(data: DataConfig, vocab: VocabConfig,
                  external: ExternalTokenizer | None = None) -> CacheLayout:
     check_data_config(data)
     sources = split_sources(data)
-    vdir = vocab_dir(data.cache_dir, vocab, vocabulary_source(sources).fingerprint())
+    vdir = vocab_dir(data.cache_dir, vocab, vocabulary_source(sources).fingerprint(),
+                     character_coverages(vocab, data))
     split_dirs = {}
     for split, source in sources.items():
         lf = _length_filter(data, split)
@@ -111,7 +113,7 @@ def build_caches(data: DataConfig, vocab: VocabConfig,
             yield from getattr(doc, side)
 
     build_vocabularies(vocab, train_sentences("src"), train_sentences("tgt"), data.cache_dir,
-                       train.fingerprint())
+                       train.fingerprint(), character_coverages(vocab, data))
     src_vocab, tgt_vocab = load_vocabularies(layout.vocab_dir)
     for split, directory in layout.split_dirs.items():
         source = sources[split]

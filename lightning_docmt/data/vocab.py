@@ -216,52 +216,59 @@ def check_vocab_config(cfg: VocabConfig) -> None:
     if cfg.size <= len(SPECIAL_TOKENS):
         raise DocMTInputError(f"must exceed the {len(SPECIAL_TOKENS)} special tokens, "
                               f"got {cfg.size}", key="vocab.size")
-    if not 0.0 < cfg.character_coverage <= 1.0:
+    if cfg.character_coverage is not None and not 0.0 < cfg.character_coverage <= 1.0:
         raise DocMTInputError(f"must be in (0, 1], got {cfg.character_coverage}",
                               key="vocab.character_coverage")
     if cfg.max_train_sentences < 1:
         raise DocMTInputError("must be positive", key="vocab.max_train_sentences")
 
 
-def vocab_key(cfg: VocabConfig, fingerprint: str) -> str:
-    """Hash of the training data fingerprint and every option that changes the trained model."""
+Coverages = tuple[float, float]  # sentencepiece character_coverage of the (source, target) side
+
+
+def vocab_key(cfg: VocabConfig, fingerprint: str, coverages: Coverages) -> str:
+    """Hash of the training data fingerprint and every option that changes the trained model
+    (`coverages`: the resolved character coverage of each side, `data/languages.py`)."""
     return content_key({
         "format": _FORMAT, "fingerprint": fingerprint, "type": cfg.type, "size": cfg.size,
-        "joint": cfg.joint, "character_coverage": cfg.character_coverage,
+        "joint": cfg.joint, "character_coverage": list(coverages),
         "max_train_sentences": cfg.max_train_sentences, "lowercase": cfg.lowercase,
     })
 
 
-def train_vocabulary(cfg: VocabConfig, sentences: Iterable[str]) -> Vocabulary:
+def train_vocabulary(cfg: VocabConfig, sentences: Iterable[str], character_coverage: float) -> Vocabulary:
     if cfg.type == "word":
         return WordVocab.train(sentences, size=cfg.size, lowercase=cfg.lowercase)
     return SentencePieceVocab.train(
-        sentences, model_type=cfg.type, size=cfg.size, character_coverage=cfg.character_coverage,
+        sentences, model_type=cfg.type, size=cfg.size, character_coverage=character_coverage,
         max_train_sentences=cfg.max_train_sentences, lowercase=cfg.lowercase,
     )
 
 
-def vocab_dir(cache_dir: str | Path, cfg: VocabConfig, fingerprint: str) -> Path:
-    return Path(cache_dir) / "vocab" / vocab_key(cfg, fingerprint)
+def vocab_dir(cache_dir: str | Path, cfg: VocabConfig, fingerprint: str, coverages: Coverages) -> Path:
+    return Path(cache_dir) / "vocab" / vocab_key(cfg, fingerprint, coverages)
 
 
 def build_vocabularies(cfg: VocabConfig, src_sentences: Iterable[str], tgt_sentences: Iterable[str],
-                       cache_dir: str | Path, fingerprint: str) -> tuple[Vocabulary, Vocabulary]:
+                       cache_dir: str | Path, fingerprint: str, coverages: Coverages = (1.0, 1.0)
+                       ) -> tuple[Vocabulary, Vocabulary]:
     """(source, target) vocabularies, trained once per (fingerprint, options) and then loaded.
 
     Joint: one model trained on both sides, returned twice (the same object). The sentence
-    iterables are consumed only when the vocabulary is not cached yet.
+    iterables are consumed only when the vocabulary is not cached yet. `coverages`: sentencepiece's
+    `character_coverage` of each side (a joint vocabulary uses the source side's; the caller gives
+    both the same value then).
     """
     check_vocab_config(cfg)
-    final = vocab_dir(cache_dir, cfg, fingerprint)
+    final = vocab_dir(cache_dir, cfg, fingerprint, coverages)
 
     def build(tmp: Path) -> None:
         if cfg.joint:
             both = (s for side in (src_sentences, tgt_sentences) for s in side)
-            train_vocabulary(cfg, both).save(tmp / "joint")
+            train_vocabulary(cfg, both, coverages[0]).save(tmp / "joint")
         else:
-            train_vocabulary(cfg, src_sentences).save(tmp / "src")
-            train_vocabulary(cfg, tgt_sentences).save(tmp / "tgt")
+            train_vocabulary(cfg, src_sentences, coverages[0]).save(tmp / "src")
+            train_vocabulary(cfg, tgt_sentences, coverages[1]).save(tmp / "tgt")
 
     build_once(final, build)
     return load_vocabularies(final)

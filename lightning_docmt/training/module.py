@@ -43,6 +43,7 @@ from lightning_docmt.inference import decoding
 
 from lightning_docmt.evaluation import metrics
 from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.data.languages import bleu_tokenizer
 from lightning_docmt.training.output_loss import output_label_smoothed_nll
 from lightning_docmt.checkpoints import VOCAB_KEY, pack_vocabularies
 from lightning_docmt.errors import DocMTInputError
@@ -392,12 +393,12 @@ class DocMTModule(pl.LightningModule):
             raise RuntimeError(f"{split}: gathered {len(records)} hypotheses for {len(refs)} references")
         hyps = [hyp for _, _, hyp in records]
         docs = [doc for _, doc, _ in records]
-        ev = self.cfg.eval
-        bleu = metrics.corpus_bleu(hyps, refs, tokenize=ev.tokenize, lowercase=ev.lowercase)
+        ev, tokenize = self.cfg.eval, bleu_tokenizer(self.cfg.eval, self.cfg.data)
+        bleu = metrics.corpus_bleu(hyps, refs, tokenize=tokenize, lowercase=ev.lowercase)
         scores = {f"{prefix}/bleu": bleu.score}
         if prefix == "test":
             scores[f"{prefix}/chrf"] = metrics.corpus_chrf(hyps, refs).score
-            scores[f"{prefix}/dbleu"] = metrics.doc_bleu(hyps, refs, docs, tokenize=ev.tokenize,
+            scores[f"{prefix}/dbleu"] = metrics.doc_bleu(hyps, refs, docs, tokenize=tokenize,
                                                          lowercase=ev.lowercase).score
             self._write_eval_outputs(split, hyps, bleu.signature)
         return scores

@@ -193,15 +193,19 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         best, best_score = averaging.checkpoint_path, result["validation"].get(monitor_metric(scfg)[0])
     if trainer.is_global_zero:
         store.mkdir(parents=True, exist_ok=True)
+        final = read_checkpoint(best)
         tmp = store / "final.ckpt.tmp"
-        torch.save(read_checkpoint(best), tmp)
+        torch.save(final, tmp)
         os.replace(tmp, store / "final.ckpt")
-        info = {"global_step": trainer.global_step, "best": str(best), "stage": name,
-                "seconds": round(time.time() - started, 1),
+        # The stage's step is that of the checkpoint it hands on (the best one, not the last), so
+        # that a next stage with `continue_schedule` continues the schedule where its weights were.
+        info = {"global_step": final["global_step"], "trained_steps": trainer.global_step,
+                "best": str(best), "stage": name, "seconds": round(time.time() - started, 1),
                 "best_score": _scalar(best_score)}
         done.write_text(json.dumps(info, indent=1) + "\n")
     trainer.strategy.barrier()
-    return StageResult(name, key, store / "final.ckpt", trainer.global_step, reused=False)
+    info = json.loads(done.read_text())  # every rank: what rank zero recorded
+    return StageResult(name, key, store / "final.ckpt", info["global_step"], reused=False)
 
 
 def check_stages(cfg: DictConfig) -> None:
