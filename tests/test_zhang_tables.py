@@ -168,6 +168,12 @@ def test_t7_has_the_five_rows_with_their_paper_numbers_and_data():
         "two_step": [("sent", "transformer", everything, ["*"], None),
                      ("doc", "zhang_doc", d_d, theta_d, "sent")],  # Eqs. 24-25
     }
+    # D_d is a random draw of the chapters (not Genesis onwards: another domain than the test
+    # books), the same one in every row and for every training seed
+    draws = {(stage_config(compose("t7_two_step.yaml", name), s).data.train_fraction_draw,
+              stage_config(compose("t7_two_step.yaml", name), s).data.train_fraction_seed)
+             for name in rows for s in compose("t7_two_step.yaml", name).train.schedule}
+    assert draws == {("random", 1)}
 
 
 def test_t7_step_1_stages_are_shared_between_rows():

@@ -71,7 +71,9 @@ class DataConfig:
     num_workers: int = 0
     document_order: bool = False  # yield the sentences of each document in order (target context)
     cache_dir: str = ".cache/docmt"
-    train_fraction: float = 1.0  # use only the first fraction of training documents (ablations)
+    train_fraction: float = 1.0  # use only a fraction of the training documents (ablations)
+    train_fraction_draw: str = "first"  # first (in corpus order) | random (seeded, corpus order kept)
+    train_fraction_seed: int = 1  # the draw's seed (fixed across train.seed: one subset per table)
     src_lang: Optional[str] = None  # ISO 639-1; None: the pair the corpus spec names (bible:zh-en)
     tgt_lang: Optional[str] = None
 

@@ -3,19 +3,26 @@
 `data.corpus` provides every split from its own `split` labels; its unlabelled documents are
 training data. `data.train` / `data.valid` / `data.test` replace one split with another spec, of
 which the documents labelled with that split *or unlabelled* are taken: a corpus without labels
-given as `data.test=iwslt:...` is wholly the test split. `data.train_fraction` keeps the first
-fraction of the training documents (ablations over training-set size).
+given as `data.test=iwslt:...` is wholly the test split. `data.train_fraction` keeps a fraction of
+the training documents (ablations over training-set size): the first ones in corpus order
+(`data.train_fraction_draw: first`), or a seeded random draw of them (`random`, seed
+`data.train_fraction_seed`), kept in corpus order. A random draw keeps the subset's mix of domains
+(books, genres) that of the whole split, so that a smaller-data row does not also change domain.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 
 from lightning_docmt.data.corpora import corpus_fingerprint
 from lightning_docmt.data.types import SPLITS, Corpus, Document
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.schema import DataConfig
+
+
+DRAWS = ("first", "random")
 
 
 @dataclass(frozen=True)
@@ -26,27 +33,39 @@ class SplitSource:
     spec: str
     override: bool  # True: given as data.<split>; unlabelled documents belong to the split
     fraction: float = 1.0
+    draw: str = "first"  # which documents a fraction keeps: first | random
+    draw_seed: int = 1
 
     def select(self, corpus: Corpus) -> list[Document]:
         wanted = {self.split, None} if (self.override or self.split == "train") else {self.split}
         docs = [d for d in corpus.documents if d.split in wanted]
         if self.fraction < 1.0:
-            docs = docs[: math.ceil(self.fraction * len(docs))]
+            keep = math.ceil(self.fraction * len(docs))
+            if self.draw == "random":
+                chosen = sorted(random.Random(self.draw_seed).sample(range(len(docs)), keep))
+                docs = [docs[i] for i in chosen]
+            else:
+                docs = docs[:keep]
         return docs
 
     def fingerprint(self) -> str:
         """Identifies the selected documents without reading the corpus."""
         rule = "override" if self.override else "labelled"
-        return f"{corpus_fingerprint(self.spec)}:{self.split}:{rule}:{self.fraction!r}"
+        draw = "" if self.fraction == 1.0 or self.draw == "first" else f":random{self.draw_seed}"
+        return f"{corpus_fingerprint(self.spec)}:{self.split}:{rule}:{self.fraction!r}{draw}"
 
 
 def split_sources(data: DataConfig) -> dict[str, SplitSource]:
     if not 0.0 < data.train_fraction <= 1.0:
         raise DocMTInputError(f"must be in (0, 1], got {data.train_fraction}",
                               key="data.train_fraction")
+    if data.train_fraction_draw not in DRAWS:
+        raise DocMTInputError(f"must be one of {', '.join(DRAWS)}, got {data.train_fraction_draw!r}",
+                              key="data.train_fraction_draw")
     sources = {}
     for split in SPLITS:
         override = getattr(data, split)
         fraction = data.train_fraction if split == "train" else 1.0
-        sources[split] = SplitSource(split, override or data.corpus, override is not None, fraction)
+        sources[split] = SplitSource(split, override or data.corpus, override is not None, fraction,
+                                     data.train_fraction_draw, data.train_fraction_seed)
     return sources
