@@ -17,24 +17,23 @@ characters; the `zh` and `ja-mecab` tokenizers only affect how BLEU counts n-gra
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from lightning_docmt.config.schema import DataConfig, EvalConfig, VocabConfig
+from lightning_docmt.data.corpora import bible
 
 LARGE_CHARACTER_SETS = frozenset({"zh", "ja", "ko"})
 CJK_COVERAGE = 0.9995
 AUTO = "auto"
 BLEU_TOKENIZER_OF_TARGET = {"zh": "zh", "ja": "ja-mecab"}
 DEFAULT_BLEU_TOKENIZER = "13a"
-# Corpus specs that name their language pair: `bible:SRC-TGT[?...]`.
-_PAIR_SPEC = re.compile(r"^bible:([a-z]{2,3})-([a-z]{2,3})(?:\?|$)")
 
 
 def spec_languages(spec: Optional[str]) -> tuple[Optional[str], Optional[str]]:
-    """(source, target) language that a corpus spec names, or (None, None)."""
-    match = _PAIR_SPEC.match(spec or "")
-    return (match.group(1), match.group(2)) if match else (None, None)
+    """(source, target) language that a corpus spec names (`bible:SRC-TGT[?...]`, parsed by the
+    Bible reader itself), or (None, None)."""
+    scheme, _, args = (spec or "").partition(":")
+    return bible.language_pair(args) if scheme == "bible" else (None, None)
 
 
 def data_languages(data: DataConfig) -> tuple[Optional[str], Optional[str]]:

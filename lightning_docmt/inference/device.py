@@ -28,6 +28,5 @@ def inference_device(name: str | None) -> torch.device:
 
 def trainer_settings(device: torch.device) -> dict[str, object]:
     """The `trainer:` keys that run a test loop on `device` alone."""
-    if device.type == "cpu":
-        return {"accelerator": "cpu", "devices": 1, "num_nodes": 1, "strategy": "auto"}
-    return {"accelerator": "gpu", "devices": [device.index or 0], "num_nodes": 1, "strategy": "auto"}
+    accelerator, devices = ("cpu", 1) if device.type == "cpu" else ("gpu", [device.index or 0])
+    return {"accelerator": accelerator, "devices": devices, "num_nodes": 1, "strategy": "auto"}

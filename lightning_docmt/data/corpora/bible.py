@@ -61,15 +61,27 @@ def database_path() -> Path:
     return path
 
 
-def parse_args(args: str) -> tuple[str, str]:
-    """`zh-en?src=cnv` -> (source version code, target version code) in the database."""
+def _split_args(args: str) -> tuple[tuple[str, str], dict[str, str]]:
+    """`zh-en?src=cnv` -> (("zh", "en"), {"src": "cnv"}); the versions are not resolved."""
     spec = f"bible:{args}"
     pair, options = split_query(args, spec=spec, allowed=("src", "tgt"))
     langs = pair.split("-")
     if len(langs) != 2 or langs[0] == langs[1]:
         raise DocMTInputError(f"'{spec}': expected a language pair SRC-TGT of two different languages "
                               "among " + ", ".join(LANGUAGES))
-    src, tgt = (resolve(spec, side, lang, options.get(side)) for side, lang in zip(("src", "tgt"), langs))
+    return (langs[0], langs[1]), options
+
+
+def language_pair(args: str) -> tuple[str, str]:
+    """`zh-en?src=cnv` -> ("zh", "en"): the (source, target) languages a spec names."""
+    return _split_args(args)[0]
+
+
+def parse_args(args: str) -> tuple[str, str]:
+    """`zh-en?src=cnv` -> (source version code, target version code) in the database."""
+    langs, options = _split_args(args)
+    src, tgt = (resolve(f"bible:{args}", side, lang, options.get(side))
+                for side, lang in zip(("src", "tgt"), langs))
     return src.code, tgt.code
 
 
