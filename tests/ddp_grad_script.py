@@ -6,8 +6,8 @@ It must run as a script: Lightning's `ddp` strategy starts rank 1 by re-running 
 CPU ranks (gloo) make one update of the tiny-profile model of architecture ARCH (the Transformer,
 or a stand-in of `tests/hook_stand_ins.py`, trained with its stage-frozen parameters frozen here),
 rank r on `RANK_BATCHES[r]`; each writes OUT_DIR/rank<r>.pt = {"initial": the weights when
-training starts, "grads": the gradients of that update (all-reduced by DDP, before the optimizer
-step)}.
+training starts, "grads": the gradients of that update (all-reduced by DDP and normalised per token
+by the module, before the optimizer step)}.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from lightning_docmt.callbacks.staged_unfreezing import matches
 from lightning_docmt.config import composition as config_lib
+from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.training.module import DocMTModule
 from tests.hook_stand_ins import ENTRIES, PHASE_GLOBS, register
 from tests.stage_fits import weights
@@ -63,6 +64,10 @@ class RankBatch(Dataset):
 
 
 class GradRecorder(pl.Callback):
+    """Records the initial weights, and the gradients of every update in the module's own
+    `on_before_optimizer_step` (`recording_module`): the callbacks' hooks run before the module's,
+    which normalises the gradients per token."""
+
     def __init__(self, out_dir: Path):
         self.out_dir = out_dir
         self.initial: dict[str, torch.Tensor] = {}
@@ -70,20 +75,43 @@ class GradRecorder(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: DocMTModule) -> None:
         self.initial = weights(pl_module.model)
 
-    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: DocMTModule, optimizer) -> None:
+    def record(self, trainer: pl.Trainer, pl_module: DocMTModule) -> None:
         grads = {n: p.grad.clone() for n, p in pl_module.model.named_parameters() if p.grad is not None}
         torch.save({"initial": self.initial, "grads": grads},
                    self.out_dir / f"rank{trainer.global_rank}.pt")
 
 
+def recording_module(module: DocMTModule, recorder: GradRecorder) -> DocMTModule:
+    """`module`, whose `on_before_optimizer_step` hands the normalised gradients to `recorder`."""
+    hook = module.on_before_optimizer_step
+
+    def on_before_optimizer_step(optimizer: torch.optim.Optimizer) -> None:
+        hook(optimizer)
+        recorder.record(module.trainer, module)
+
+    module.on_before_optimizer_step = on_before_optimizer_step
+    return module
+
+
+def union_batch(batches: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The rows of every batch in one batch, right-padded to the longest row of each key."""
+    def pad(x: torch.Tensor, width: int) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (0, width - x.size(1)), value=PAD_ID)  # (B, width)
+
+    return {key: torch.cat([pad(b[key], max(b[key].size(1) for b in batches)) for b in batches])
+            for key in batches[0]}
+
+
 def main(out_dir: Path, arch: str) -> None:
+    recorder = GradRecorder(out_dir)
     if arch in ENTRIES:
         register(arch)
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=1, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, use_distributed_sampler=False,
-                         limit_val_batches=0, callbacks=[GradRecorder(out_dir)])
-    trainer.fit(build_module(arch), train_dataloaders=DataLoader(RankBatch(), batch_size=None))
+                         limit_val_batches=0, callbacks=[recorder])
+    trainer.fit(recording_module(build_module(arch), recorder),
+                train_dataloaders=DataLoader(RankBatch(), batch_size=None))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.distributed import RANK_VARIABLES, progress
 from lightning_docmt.training.run import RUN_DIR_VARIABLE
-from tests.ddp_grad_script import RANK_BATCHES
+from tests.ddp_grad_script import RANK_BATCHES, union_batch
 from tests.ddp_grad_script import build_module as build_grad_module
 from tests.hook_stand_ins import PHASED, hook_archs  # noqa: F401 (fixture)
 from tests.run_checks import assert_test_bleu_rescores
@@ -209,15 +209,6 @@ def ddp_update(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
                           env=script_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"DDP update failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return request.param, [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
-
-
-def union_batch(batches: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The rows of every batch in one batch, right-padded to the longest row of each key."""
-    def pad(x: torch.Tensor, width: int) -> torch.Tensor:
-        return torch.nn.functional.pad(x, (0, width - x.size(1)), value=PAD_ID)  # (B, width)
-
-    return {key: torch.cat([pad(b[key], max(b[key].size(1) for b in batches)) for b in batches])
-            for key in batches[0]}
 
 
 def test_the_ddp_gradient_is_the_single_process_gradient_of_the_union_batch(ddp_update, hook_archs):

@@ -141,7 +141,9 @@ def test_external_window_truncation_keeps_the_newest_tokens_and_the_specials():
                                                       (3, None, BOS), (4, SEP, None)])
 def test_vectorised_external_lengths_match_the_rows(max_tokens, sep_id, bos_id):
     window = ext_window(max_tokens, sep_id, bos_id)
-    lengths = window.lengths(OFFSETS, DOC_OFFSETS, np.arange(5))
+    index = np.arange(5)
+    doc = np.searchsorted(DOC_OFFSETS, index, side="right") - 1
+    lengths = window.lengths(OFFSETS, index, DOC_OFFSETS[doc], DOC_OFFSETS[doc + 1])
     assert lengths.tolist() == [len(r) for r in rows(window)]
 
 

@@ -72,7 +72,9 @@ def test_vectorised_lengths_match_the_windows(direction, size, max_tokens, separ
     offsets = np.concatenate(([0], np.cumsum(rng.integers(0, 9, size=doc_offsets[-1]))))
     ids = rng.integers(5, 100, size=offsets[-1])
     index = np.arange(doc_offsets[-1])
-    lengths = context_lengths(offsets, doc_offsets, index, direction, size, max_tokens, separator)
+    doc = np.searchsorted(doc_offsets, index, side="right") - 1
+    lengths = context_lengths(offsets, index, doc_offsets[doc], doc_offsets[doc + 1], direction,
+                              size, max_tokens, separator)
     for d in range(len(sizes)):
         for i in range(doc_offsets[d], doc_offsets[d + 1]):
             tokens, segments = context_window(ids, offsets, i, doc_offsets[d], doc_offsets[d + 1],

@@ -17,6 +17,7 @@ from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
 from lightning_docmt.registry import import_all_archs
 from lightning_docmt.tables.spec import compose_row, load_table
 from lightning_docmt.training.run import stage_config, stage_key
+from lightning_docmt.training.update_size import update_size
 
 ZHANG = Path(__file__).resolve().parents[1] / "experiments" / "zhang2018"
 TABLES = sorted(ZHANG.glob("t*.yaml"))
@@ -78,6 +79,19 @@ def test_the_rows_of_a_table_share_one_step_1_transformer(path, profile):
 
 
 @pytest.mark.parametrize("path", TABLES, ids=lambda p: p.stem)
+def test_every_stage_trains_the_papers_update_at_paper_scale_and_one_batch_on_a_cpu(path):
+    """Reading Z8: 24K tokens per update, the same on 1 or 4 devices, in every stage of every row
+    (a sentence row too: it keeps the zhang_doc preset); the cpu profile: one batch per update."""
+    table = load_table(path)
+    for row in table.rows:
+        paper, cpu = compose_row(table, row.name, "paper"), compose_row(table, row.name, "cpu")
+        for name in paper.train.schedule:
+            assert [update_size(stage_config(paper, name), world).budget for world in (1, 4)] \
+                == [24000, 24000], (row.name, name)
+            assert update_size(stage_config(cpu, name), 1).accumulate == 1
+
+
+@pytest.mark.parametrize("path", TABLES, ids=lambda p: p.stem)
 def test_step_2_trains_theta_d_alone_from_the_transformer(path):
     """Trap 4: every zhang_doc stage that starts from a stage trains exactly theta_d."""
     table = load_table(path)
@@ -120,12 +134,12 @@ def test_t1_varies_the_number_of_previous_sentences_and_reports_contrastive_accu
     ks = []
     for row in table.rows:
         cfg = compose("t1_context_length.yaml", row.name)
-        ks.append(cfg.context.prev_sentences if cfg.model.arch == "zhang_doc" else 0)
+        ks.append(stage_config(cfg, cfg.train.schedule[-1]).context.prev_sentences)  # the tested model's
         if row.name != "k0":
             assert changed_keys(cfg, base) <= {"context.prev_sentences"}
     assert ks == [0, 1, 2, 3, 4]  # covers the synthetic corpus's antecedent distances 1-3
     k0 = compose("t1_context_length.yaml", "k0")
-    assert k0.model.arch == "transformer" and list(k0.train.schedule) == ["sent"]
+    assert list(k0.train.schedule) == ["sent"] and stage_config(k0, "sent").model.arch == "transformer"
 
 
 def test_t1_composes_on_the_synthetic_corpus_at_the_tiny_profile():
@@ -229,7 +243,7 @@ def test_t3_t4_compare_the_transformer_with_two_step_zhang_doc(name, transformer
     table = load_table(ZHANG / name)
     assert [row.name for row in table.rows] == ["transformer", "this_work"]
     base, ours = compose(name, "transformer"), compose(name, "this_work")
-    assert base.model.arch == "transformer" and list(base.train.schedule) == ["sent"]
+    assert list(base.train.schedule) == ["sent"] and stage_config(base, "sent").model.arch == "transformer"
     assert ours.model.arch == "zhang_doc" and list(ours.train.schedule) == ["sent", "doc"]
     assert [row.paper["test/bleu"] for row in table.rows] == [transformer, this_work]
 

@@ -169,7 +169,10 @@ class TrainConfig:
     val_every_steps: Optional[int] = None
     checkpoint_every_steps: int = 500  # a resumable `resume.ckpt` every N steps (0: only at validation)
     early_stop_patience: int = 0  # 0: off
-    accumulate: int = 1
+    accumulate: int = 1  # batches per update; derived instead when tokens_per_update is set
+    tokens_per_update: Optional[int] = None  # a paper's batch per update, in budget tokens (padded
+    # source + contexts + target), over every device: accumulate = ceil(it / (world x max_tokens))
+    # (training/update_size.py); null: `accumulate` as given
     precision: str = "auto"  # auto: bf16-mixed on CUDA with bf16 support, else 32-true; fast: also
     # bf16-mixed on CPUs with native bf16 (trainer_factory.resolve_precision); or any Lightning value
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -192,6 +195,8 @@ class EvalConfig:
     valid_bleu: bool = True
     valid_beam: int = 1  # greedy validation BLEU by default (cheap); test uses decode.beam
     contrastive: list[str] = field(default_factory=list)  # contrastive suites evaluated at test
+    context_usage: bool = True  # CXMI and the random-context control on the test split
+    # (evaluation/context_usage.py)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from torch.utils.data import Dataset
 
 from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID
 from lightning_docmt.data.cache import BinarizedSplit
+from lightning_docmt.data.context_anchors import ContextAnchors
 from lightning_docmt.data.windows import ExternalWindow, WindowSpec, context_lengths, context_window
 
 
@@ -44,12 +45,15 @@ def external_context(split: BinarizedSplit, index: np.ndarray, doc_start: np.nda
     return tokens, torch.arange(tokens.size(1))[None, :] >= lengths[:, None]  # (B, E)
 
 
-def collate(split: BinarizedSplit, indices: Sequence[int], spec: WindowSpec
-            ) -> dict[str, torch.Tensor]:
-    """The batch of the given sentences, in the given order."""
+def collate(split: BinarizedSplit, indices: Sequence[int], spec: WindowSpec,
+            anchors: ContextAnchors | None = None) -> dict[str, torch.Tensor]:
+    """The batch of the given sentences, in the given order; their context windows are those of
+    `anchors` (`data/context_anchors.py`; None: each sentence's own)."""
     index = np.array(indices, dtype=np.int64)  # a contiguous copy, shared with `sent_index`
     doc = split.doc_index(index)
     doc_start, doc_end = split.doc_offsets[doc], split.doc_offsets[doc + 1]
+    ctx_anchor, ctx_start, ctx_end = ((index, doc_start, doc_end) if anchors is None
+                                      else anchors.rows(index))
     src = [np.append(split.src[i], EOS_ID) for i in index]
     tgt = [np.asarray(split.tgt[i], dtype=np.int64) for i in index]
     batch = {
@@ -64,46 +68,51 @@ def collate(split: BinarizedSplit, indices: Sequence[int], spec: WindowSpec
         tokens = getattr(split, side)
         windows = [context_window(tokens.ids, tokens.offsets, int(i), int(s), int(e), direction,
                                   size, spec.max_tokens, spec.separator)
-                   for i, s, e in zip(index, doc_start, doc_end)]
+                   for i, s, e in zip(ctx_anchor, ctx_start, ctx_end)]
         batch[key] = pad([w[0] for w in windows])
         batch[f"{key}_seg"] = pad([w[1] for w in windows])
     if spec.external is not None:
-        batch["ctx_ext"], batch["ctx_ext_pad"] = external_context(split, index, doc_start,
-                                                                  doc_end, spec.external)
+        batch["ctx_ext"], batch["ctx_ext_pad"] = external_context(split, ctx_anchor, ctx_start,
+                                                                  ctx_end, spec.external)
     return batch
 
 
 def row_lengths(split: BinarizedSplit, spec: WindowSpec, index: np.ndarray,
-                chunk: int = 1 << 18) -> np.ndarray:
+                anchors: ContextAnchors | None = None, chunk: int = 1 << 18) -> np.ndarray:
     """(n_tensors, len(index)) int32: the length of each given sentence's row in `src`, in
     `tgt_in` (= `tgt_out`), in each context tensor present and in `ctx_ext` when present, in that
-    order. Computed `chunk` sentences at a time so that temporaries stay small whatever the corpus
-    size."""
+    order, with the context of `anchors` (None: each sentence's own). Computed `chunk` sentences
+    at a time so that temporaries stay small whatever the corpus size."""
     index = np.asarray(index, dtype=np.int64)
     sides = list(spec.sides().values())
     external = spec.external
     out = np.empty((2 + len(sides) + (external is not None), len(index)), dtype=np.int32)
     for c in range(0, len(index), chunk):
         i = index[c:c + chunk]
+        if anchors is None:
+            doc = split.doc_index(i)
+            ctx = (i, split.doc_offsets[doc], split.doc_offsets[doc + 1])
+        else:
+            ctx = anchors.rows(i)
         out[0, c:c + chunk] = split.src.offsets[i + 1] - split.src.offsets[i] + 1
         out[1, c:c + chunk] = split.tgt.offsets[i + 1] - split.tgt.offsets[i] + 1
         for r, (side, direction, size) in enumerate(sides, start=2):
-            out[r, c:c + chunk] = context_lengths(getattr(split, side).offsets, split.doc_offsets,
-                                                  i, direction, size, spec.max_tokens,
-                                                  spec.separator)
+            out[r, c:c + chunk] = context_lengths(getattr(split, side).offsets, *ctx, direction,
+                                                  size, spec.max_tokens, spec.separator)
         if external is not None:
-            out[-1, c:c + chunk] = external.lengths(split.ext.offsets, split.doc_offsets, i)
+            out[-1, c:c + chunk] = external.lengths(split.ext.offsets, *ctx)
     return out
 
 
 class WindowDataset(Dataset):
-    """`dataset[batch_indices]` -> batch dict. Picklable: workers re-open the memory maps."""
+    """`dataset[batch_indices]` -> batch dict, with the context of `anchors` (None: each
+    sentence's own). Picklable: workers re-open the memory maps."""
 
-    def __init__(self, split: BinarizedSplit, spec: WindowSpec):
-        self.split, self.spec = split, spec
+    def __init__(self, split: BinarizedSplit, spec: WindowSpec, anchors: ContextAnchors | None = None):
+        self.split, self.spec, self.anchors = split, spec, anchors
 
     def __len__(self) -> int:
         return self.split.n_sentences
 
     def __getitem__(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        return collate(self.split, indices, self.spec)
+        return collate(self.split, indices, self.spec, self.anchors)

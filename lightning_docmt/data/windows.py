@@ -77,10 +77,10 @@ class ExternalWindow:
                                    eos_id=self.eos_id, sep_id=self.sep_id)
         return tokens if self.bos_id is None else np.insert(tokens, 0, self.bos_id)
 
-    def lengths(self, offsets: np.ndarray, doc_offsets: np.ndarray, index: np.ndarray
-                ) -> np.ndarray:
-        """Length of `window` for each sentence in `index` at once, (len(index),) int64."""
-        return self.prefix + context_lengths(offsets, doc_offsets, index, -1, self.size,
+    def lengths(self, offsets: np.ndarray, anchor: np.ndarray, doc_start: np.ndarray,
+                doc_end: np.ndarray) -> np.ndarray:
+        """Length of `window` for each of the `anchor` sentences at once, (len(anchor),) int64."""
+        return self.prefix + context_lengths(offsets, anchor, doc_start, doc_end, -1, self.size,
                                              self.max_tokens - self.prefix,
                                              self.sep_id is not None)
 
@@ -165,12 +165,13 @@ def context_window(ids: np.ndarray, offsets: np.ndarray, i: int, doc_start: int,
     return np.append(tokens, eos_id), np.append(segments, 1)
 
 
-def context_lengths(offsets: np.ndarray, doc_offsets: np.ndarray, index: np.ndarray,
-                    direction: int, size: int, max_tokens: int, separator: bool) -> np.ndarray:
-    """Length of `context_window` for each sentence in `index` at once, (len(index),) int64."""
-    i = np.asarray(index, dtype=np.int64)
-    doc = np.searchsorted(doc_offsets, i, side="right") - 1
-    n = neighbours(i, doc_offsets[doc], doc_offsets[doc + 1], direction, size)
+def context_lengths(offsets: np.ndarray, anchor: np.ndarray, doc_start: np.ndarray,
+                    doc_end: np.ndarray, direction: int, size: int, max_tokens: int,
+                    separator: bool) -> np.ndarray:
+    """Length of `context_window` for each of the `anchor` sentences (with their document bounds)
+    at once, (len(anchor),) int64."""
+    i = np.asarray(anchor, dtype=np.int64)
+    n = neighbours(i, doc_start, doc_end, direction, size)
     if direction < 0:
         body = offsets[i] - offsets[i - n]
     else:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.data.cache import BinarizedSplit, build_cache, load_cache
 from lightning_docmt.data.collate import collate, row_lengths
+from lightning_docmt.data.context_anchors import ContextAnchors
 from lightning_docmt.data.sampler import TokenBudgetBatchSampler
 from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
 from lightning_docmt.data.types import Document
@@ -85,12 +86,14 @@ def binarize_documents(documents: Sequence[Document], model: LoadedModel, direct
 
 
 def batches(split: BinarizedSplit, indices: np.ndarray, window: WindowSpec, max_tokens: int,
-            device: torch.device) -> Iterator[dict[str, torch.Tensor]]:
-    """Length-sorted token-budget batches of the given sentences (no shuffle, each once), on `device`."""
-    sizes = row_lengths(split, window, indices)
+            device: torch.device, anchors: ContextAnchors | None = None
+            ) -> Iterator[dict[str, torch.Tensor]]:
+    """Length-sorted token-budget batches of the given sentences (no shuffle, each once), on
+    `device`, with the context of `anchors` (None: each sentence's own; `data/context_anchors.py`)."""
+    sizes = row_lengths(split, window, indices, anchors)
     sampler = TokenBudgetBatchSampler(indices, sizes, max_tokens, shuffle=False)
     for batch_indices in sampler:
-        yield {k: v.to(device) for k, v in collate(split, batch_indices, window).items()}
+        yield {k: v.to(device) for k, v in collate(split, batch_indices, window, anchors).items()}
 
 
 @torch.no_grad()

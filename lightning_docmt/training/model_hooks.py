@@ -50,10 +50,12 @@ def check_training_hooks(model_class: type, phases: Sequence[OptimizerPhase], cf
     if not phases:
         return
     PhaseCycle(phases)  # a malformed declaration (one phase, repeated names, no steps) fails here
-    if cfg.train.accumulate != 1:
-        raise DocMTInputError(f"model.arch '{arch}' trains in optimizer phases (manual optimisation), "
-                              f"without gradient accumulation: set train.accumulate=1",
-                              key="train.accumulate")
+    for key, plain in (("accumulate", 1), ("tokens_per_update", None)):
+        if cfg.train[key] != plain:
+            raise DocMTInputError(f"model.arch '{arch}' trains in optimizer phases (manual "
+                                  f"optimisation), without gradient accumulation: set "
+                                  f"train.{key}={'null' if plain is None else plain}",
+                                  key=f"train.{key}")
     if stage_name is None:
         return
     stage = cfg.train.stages[stage_name]

@@ -11,9 +11,10 @@ docs/design.md section 12), test metrics (BLEU with its sacreBLEU signature, chr
 and the speed figures of `speed.py` (training throughput stored with every checkpoint, test
 decoding speed).
 
-Loss normalisation (`normalised_loss`): the loss sum of a rank is divided by the target tokens of
-the step summed over every rank, as fairseq does, so that DDP trains on the per-token loss of the
-union of the ranks' batches.
+Loss normalisation (`scaled_loss`, `normalise_gradients`): an update's gradient is that of the loss
+summed over every rank and every accumulated batch, divided by all their target tokens together, as
+fairseq does: the per-token loss of the union of the update's batches, whatever the world size and
+the accumulation (`update_size.py`).
 
 The model's training hooks (`nn/training_hooks.py`, the Lightning side in `model_hooks.py`):
 - `loss_terms`: the loss of a batch, in the current optimizer phase during training.
@@ -32,7 +33,7 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import lightning.pytorch as pl
 import torch
@@ -87,6 +88,7 @@ class DocMTModule(pl.LightningModule):
         self._eval_sums = torch.zeros(3)  # loss sum, nll sum, target tokens
         self._train_clock = Stopwatch()  # training time of this fit, validation left out
         self._train_tokens: torch.Tensor | int = 0  # this rank's trained target tokens (on device)
+        self._update_tokens: torch.Tensor | int = 0  # this rank's target tokens of the current update
         self._decode_stats = torch.zeros(2, dtype=torch.float64)  # beam-search seconds, sentences
 
     @staticmethod
@@ -132,22 +134,45 @@ class DocMTModule(pl.LightningModule):
             carried.keep(batch, terms.carry)
         return batch, terms
 
-    def normalised_loss(self, terms: LossTerms) -> torch.Tensor:
-        """The loss to backpropagate: this rank's loss sum times the world size, over the target
-        tokens of the step summed over every rank (all-reduced).
+    def scaled_loss(self, terms: LossTerms) -> torch.Tensor:
+        """The loss to backpropagate for one batch: this rank's loss sum over `data.max_tokens`.
 
-        DDP averages the ranks' gradients, so the update is the gradient of the sum of every rank's
-        loss over the sum of their tokens: the per-token loss of the union of the ranks' batches,
-        as one process would compute it (fairseq's normalisation). Dividing by each rank's own
-        tokens instead would weigh a token of a rank with few tokens more than one of a rank with
-        many. With `train.accumulate` = N, Lightning divides each batch's loss by N: an update is
-        the mean over its N accumulated steps of each step's per-token gradient over every rank,
-        which for one process is the mean of the batches' per-token gradients, as before.
+        The exact per-token normalisation needs the target tokens of the whole update (every rank,
+        every accumulated batch), known only after the last backward pass: `normalise_gradients`
+        applies it then. The constant here only keeps the loss at the magnitude of a per-token
+        loss (a loss sum in the tens of thousands would overflow fp16 gradient scaling).
         """
-        tokens = terms.tokens.detach().to(torch.float32, copy=True)  # a copy: all_reduce is in place
+        self._update_tokens = self._update_tokens + terms.tokens.detach()
+        return terms.loss_sum / self.cfg.data.max_tokens
+
+    def normalise_gradients(self, parameters: Iterable[torch.nn.Parameter], divisor: int) -> None:
+        """Make the accumulated gradients those of the per-token loss of the update.
+
+        They are now (1 / (W * divisor * M)) * sum over ranks and batches of the gradient of the
+        loss sum: `scaled_loss` divided by M = `data.max_tokens`, Lightning's accumulation by
+        `divisor` (`accumulate_grad_batches`; 1 in manual optimisation), DDP's averaging by the
+        world size W. Multiplying by W * divisor * M / T, T the update's target tokens summed over
+        every rank (all-reduced), gives the gradient of the summed loss over T: the per-token loss
+        of the union of the update's batches. Dividing by each batch's own tokens instead would
+        weigh a token of a short batch (or rank) more than one of a long one.
+        """
+        tokens = self._update_tokens.to(torch.float32, copy=True)  # a copy: all_reduce is in place
+        self._update_tokens = torch.zeros((), dtype=torch.long, device=tokens.device)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(tokens)  # the world group, that DDP averages over
-        return terms.loss_sum * self.trainer.world_size / tokens.clamp(min=1)
+        factor = self.trainer.world_size * divisor * self.cfg.data.max_tokens / tokens.clamp(min=1)
+        for p in parameters:
+            if p.grad is not None:
+                p.grad.mul_(factor.to(p.grad.dtype))
+        self.log("train/update_tokens", tokens, batch_size=1)  # every rank's, after the all-reduce
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Automatic optimisation: normalise once the update's batches are all backpropagated and
+        DDP has averaged them, after the callbacks' hooks (StagedUnfreezing averages the gradients
+        of parameters unfrozen after the DDP wrap there), before Lightning clips."""
+        if self.automatic_optimization:
+            self.normalise_gradients((p for group in optimizer.param_groups for p in group["params"]),
+                                     self.trainer.accumulate_grad_batches)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         phase = self.phases.current.name if self.phases is not None else None
@@ -158,14 +183,15 @@ class DocMTModule(pl.LightningModule):
         self.log("train/nll", terms.nll_sum / ntok_f, batch_size=bsz)
         self.log("train/tokens", ntok_f, reduce_fx="sum", batch_size=bsz)
         self._train_tokens = self._train_tokens + terms.tokens.detach()  # no host sync per step
-        loss = self.normalised_loss(terms)
+        loss = self.scaled_loss(terms)
         if self.phases is None:
             return loss  # automatic optimisation
         self.phase_update(loss)
         return None
 
     def phase_update(self, loss: torch.Tensor) -> None:
-        """One update of the current phase (manual optimisation): backward, clipping by
+        """One update of the current phase (manual optimisation): backward, per-token normalisation
+        (`normalise_gradients`), clipping by
         `train.optim.clip_norm` over the phase's parameters (as Lightning's `gradient_clip_val`
         does over an optimizer's), the phase's optimizer step, every optimizer's gradients
         discarded (those of the other phases' parameters too, so that nothing carries over into
@@ -173,6 +199,7 @@ class DocMTModule(pl.LightningModule):
         index = self.phases.index
         optimizers, schedulers = self.optimizers(), self.lr_schedulers()
         self.manual_backward(loss)
+        self.normalise_gradients(self.model.parameters(), divisor=1)
         clip = self.cfg.train.optim.clip_norm
         if clip > 0:
             self.clip_gradients(optimizers[index], gradient_clip_val=clip,

@@ -35,6 +35,8 @@ from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.checkpoints import load_state, read_checkpoint
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.evaluation.contrastive import configured_suites, suite_metrics
+from lightning_docmt.evaluation.context_usage import context_usage_metrics
+from lightning_docmt.data.languages import bleu_tokenizer
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.distributed import barrier, is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
@@ -47,6 +49,7 @@ from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.registry import get_arch, model_config
 from lightning_docmt.config.schema import ContextConfig, RunConfig
 from lightning_docmt.training.speed import train_speed_metrics
+from lightning_docmt.training.update_size import update_size
 from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric, resolve_precision
 
 STAGE_FORMAT_VERSION = 1
@@ -96,8 +99,9 @@ def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
     plain = OmegaConf.to_container(scfg, resolve=True)
     data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir")}
     evaluation = {k: v for k, v in plain["eval"].items() if k != "contrastive"}
-    limits = {k: plain["train"][k] for k in ("max_steps", "max_epochs", "max_time_minutes",
-                                               "accumulate", "val_every_steps", "precision", "average")}
+    limits = {k: plain["train"][k] for k in ("max_steps", "max_epochs", "max_time_minutes", "accumulate",
+                                               "tokens_per_update", "val_every_steps", "precision",
+                                               "average")}
     payload = {"version": STAGE_FORMAT_VERSION, "data": data, "vocab": plain["vocab"],
                "context": plain["context"], "model": plain["model"], "eval": evaluation,
                "optim": plain["train"]["optim"], "seed": plain["train"]["seed"],
@@ -192,6 +196,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         result = averaging.average_and_validate(trainer, module)
         best, best_score = averaging.checkpoint_path, result["validation"].get(monitor_metric(scfg)[0])
     if trainer.is_global_zero:
+        size = update_size(scfg, trainer.world_size)
         store.mkdir(parents=True, exist_ok=True)
         final = read_checkpoint(best)
         tmp = store / "final.ckpt.tmp"
@@ -201,7 +206,8 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         # that a next stage with `continue_schedule` continues the schedule where its weights were.
         info = {"global_step": final["global_step"], "trained_steps": trainer.global_step,
                 "best": str(best), "stage": name, "seconds": round(time.time() - started, 1),
-                "best_score": _scalar(best_score)}
+                "best_score": _scalar(best_score),
+                "update": {**dataclasses.asdict(size), "budget_tokens": size.budget}}
         done.write_text(json.dumps(info, indent=1) + "\n")
     trainer.strategy.barrier()
     info = json.loads(done.read_text())  # every rank: what rank zero recorded
@@ -225,6 +231,7 @@ def check_stages(cfg: DictConfig) -> None:
         names = model_class.parameter_names(typed)
         policy.check(names)
         check_training_hooks(model_class, model_class.optimizer_phases(typed), scfg, name, names)
+        update_size(scfg, world_size=1)  # conflicting settings; the world size is checked at build
 
 
 def _scalar(x: Any) -> float | None:
@@ -321,8 +328,13 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
     scores: dict[str, float | str] = {k: float(v) for k, v in results[0].items()} if results else {}
     scores.update(train_speed_metrics(checkpoint))
     scores.update(environment_record(**resolved_settings(cfg)))
-    if suites and is_global_zero():
+    if (suites or cfg.eval.context_usage) and is_global_zero():
         module.to(trainer.strategy.root_device).eval()  # the test loop left it on the CPU, training
         model = LoadedModel(module, cfg, datamodule.src_vocab, datamodule.tgt_vocab)
         scores.update(suite_metrics(model, suites))
+        if cfg.eval.context_usage:
+            scores.update(context_usage_metrics(model, datamodule.split("test"),
+                                                datamodule.references("test"),
+                                                bleu_tokenizer(cfg.eval, cfg.data),
+                                                scores.get("test/bleu")))
     return scores

@@ -2,10 +2,11 @@
 
 `trainer:` in the config is a free dict passed through to the Trainer (devices, strategy, num_nodes,
 accelerator, ...); the keys the suite owns (limits, precision, accumulation, clipping, loggers,
-callbacks) come from `train.*` and `logging.*`. A model with optimizer phases trains with manual
-optimisation, where Lightning refuses `gradient_clip_val`: `DocMTModule` then clips by
-`train.optim.clip_norm` itself, with the same semantics (the 2-norm over the parameters that the
-update steps).
+callbacks) come from `train.*` and `logging.*`; the accumulation and the validation interval in
+batches are set on the built Trainer, which knows the world size (`update_size.py`). A model with
+optimizer phases trains with manual optimisation, where Lightning refuses `gradient_clip_val`:
+`DocMTModule` then clips by `train.optim.clip_norm` itself, with the same semantics (the 2-norm
+over the parameters that the update steps).
 
 A training trainer gets the stage's `StagedUnfreezing` (its freezing policy) and, with
 `train.average.checkpoints` > 0, a `CheckpointAveraging` writing `<stage dir>/averaging/`. DDP keeps
@@ -30,6 +31,7 @@ from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.training.model_hooks import model_phases
+from lightning_docmt.training.update_size import apply_update_size
 
 RESUME_NAME = "resume"  # <stage dir>/checkpoints/resume.ckpt, rewritten every train.checkpoint_every_steps
 OWNED_KEYS = ("max_steps", "max_epochs", "max_time", "precision", "accumulate_grad_batches",
@@ -120,12 +122,12 @@ def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_te
             raise DocMTInputError("no training limit: set train.max_steps, train.max_epochs or "
                                   "train.max_time_minutes", key="train.max_steps")
         kwargs.update(max_steps=max_steps, max_epochs=max_epochs if max_epochs is not None else -1,
-                      accumulate_grad_batches=train.accumulate, logger=build_loggers(cfg, out_dir))
+                      logger=build_loggers(cfg, out_dir))  # accumulation: apply_update_size below
         if train.max_time_minutes is not None:
             kwargs["max_time"] = {"minutes": train.max_time_minutes}
         if train.optim.clip_norm > 0 and not model_phases(cfg.model):  # with phases the module
             kwargs["gradient_clip_val"] = train.optim.clip_norm  # clips (manual optimisation)
-        if train.val_every_steps:
+        if train.val_every_steps:  # the interval in batches: apply_update_size below
             kwargs.update(val_check_interval=train.val_every_steps, check_val_every_n_epoch=None)
         if train.checkpoint_every_steps > 0:  # `docmt fit --resume` continues from the newest
             callbacks.append(ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename=RESUME_NAME,
@@ -142,4 +144,8 @@ def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_te
                                            patience=train.early_stop_patience))
     kwargs["callbacks"] = callbacks
     kwargs.update(user)
-    return pl.Trainer(**kwargs), checkpointer
+    trainer = pl.Trainer(**kwargs)
+    if not for_test:
+        size = apply_update_size(trainer, cfg)
+        progress(f"stage '{stage_name}': {size.describe()}")
+    return trainer, checkpointer

@@ -1,0 +1,127 @@
+"""Does a model use its context? CXMI and the random-context control (docs/design.md section 8).
+
+A context model's BLEU gain over a sentence model can come from anything that differs between the
+two (more parameters, more training steps); these diagnostics ask the model itself, on the test
+split, with the context swapped by `data/context_anchors.py` and everything else unchanged:
+
+- **CXMI** (conditional cross-mutual information, Fernandes et al. 2021, "Measuring and Increasing
+  Context Usage in Context-Aware Machine Translation", Eq. 3): the mean over the target tokens of
+  `log p(y_t | x, C, y_<t) - log p(y_t | x, y_<t)`, both from the *same* model, the second with
+  every context side it reads emptied (the layout of a document's first sentence). Reported over
+  all tokens (`cxmi`) and separately for the first sentences of documents (`cxmi/first`, whose
+  context is empty either way, so 0: the check that the two passes differ only in the context) and
+  for the others (`cxmi/rest`). A model that ignores its context gets exactly 0; the paper's
+  estimate compares two models, this one the model with itself (their "CXMI of a single model").
+- **Random-context control**: every sentence reads the context of a sentence of another document,
+  with as many context sentences (seeded). `random_ctx/cxmi` is the same difference of
+  log-probabilities against random instead of empty context (how much better the real context is
+  than an irrelevant one), `random_ctx/bleu` the test BLEU decoded with the random context and
+  `random_ctx/bleu_delta` = `random_ctx/bleu` - `test/bleu`: a model that uses its context loses
+  BLEU; one whose gain comes from elsewhere does not.
+
+Scores are in nats per target token (the final `<eos>` included), on the test split in the order
+of `sent_index`. Models that carry a state from sentence to sentence are scored only in document
+order, which these passes do not do: they are refused (`check_sentence_by_sentence`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.data.cache import BinarizedSplit
+from lightning_docmt.data.collate import collate, row_lengths
+from lightning_docmt.data.context_anchors import (ContextAnchors, no_context, own_context,
+                                                  random_context)
+from lightning_docmt.evaluation import metrics
+from lightning_docmt.data.sampler import TokenBudgetBatchSampler
+from lightning_docmt.evaluation.scoring import token_log_probs
+from lightning_docmt.inference.translate import LoadedModel, batches, check_sentence_by_sentence
+
+RANDOM_CONTEXT_SEED = 1  # the draw of `random_context`, the same for every model of a table
+
+
+@dataclass(frozen=True)
+class SentenceLogProbs:
+    """Per sentence of a split, (n,) each: summed log-probability of its target tokens and their count."""
+
+    total: np.ndarray
+    tokens: np.ndarray
+
+
+@torch.no_grad()
+def sentence_log_probs(model: LoadedModel, split: BinarizedSplit,
+                       contexts: Sequence[ContextAnchors], max_tokens: int) -> list[SentenceLogProbs]:
+    """Teacher-forced log-probabilities of every reference target of `split`, once with the
+    context of each of `contexts`.
+
+    Every pass uses the same batches (packed by the longest row of any pass), so that the source
+    and target are padded alike and a model that ignores its context gets bit-identical scores.
+    """
+    check_sentence_by_sentence(model, "context-usage scoring")
+    window, indices = model.window, np.arange(split.n_sentences)
+    sizes = np.max([row_lengths(split, window, indices, anchors) for anchors in contexts], axis=0)
+    totals = [np.zeros(split.n_sentences) for _ in contexts]
+    tokens = np.zeros(split.n_sentences, dtype=np.int64)
+    for batch_indices in TokenBudgetBatchSampler(indices, sizes, max_tokens, shuffle=False):
+        for total, anchors in zip(totals, contexts):
+            batch = {k: v.to(model.device) for k, v in
+                     collate(split, batch_indices, window, anchors).items()}
+            per_token = token_log_probs(model.module.model, batch)  # (B, T), 0 at padding
+            total[batch_indices] = per_token.sum(dim=1).double().cpu().numpy()
+        tokens[batch_indices] = batch["tgt_out"].ne(PAD_ID).sum(dim=1).cpu().numpy()
+    return [SentenceLogProbs(total, tokens) for total in totals]
+
+
+def per_token_gain(real: SentenceLogProbs, other: SentenceLogProbs, rows: np.ndarray) -> float:
+    """Mean over the target tokens of the given sentences of log p(real context) - log p(other)."""
+    count = int(real.tokens[rows].sum())
+    return float((real.total[rows] - other.total[rows]).sum() / count) if count else 0.0
+
+
+def decode_bleu(model: LoadedModel, split: BinarizedSplit, anchors: ContextAnchors,
+                references: list[str], tokenize: str) -> float:
+    """Test BLEU of beam search (`decode.*`) with the context of `anchors`."""
+    cfg = model.cfg
+    hyps = [""] * split.n_sentences
+    with torch.no_grad():
+        for batch in batches(split, np.arange(split.n_sentences), model.window,
+                             cfg.decode.batch_max_tokens, model.device, anchors):
+            best = model.module.translate_batch(batch, beam=cfg.decode.beam,
+                                                len_penalty=cfg.decode.len_penalty)
+            for i, ids in zip(batch["sent_index"].tolist(), best):
+                hyps[i] = model.tgt_vocab.decode(ids)
+    return metrics.corpus_bleu(hyps, references, tokenize=tokenize,
+                               lowercase=cfg.eval.lowercase).score
+
+
+def context_usage_metrics(model: LoadedModel, split: BinarizedSplit, references: list[str],
+                          tokenize: str, test_bleu: float | None) -> dict[str, float]:
+    """`cxmi`, `cxmi/first`, `cxmi/rest`, `random_ctx/cxmi`, and with `test_bleu` (the model's BLEU
+    with its own context) `random_ctx/bleu` and `random_ctx/bleu_delta`, on `split`."""
+    window = model.window
+    max_tokens = int(model.cfg.data.eval_max_tokens)
+    previous = max(window.prev_src, window.prev_tgt, window.external.size if window.external else 0)
+    random_anchors = random_context(split.doc_offsets, previous, window.next_src, RANDOM_CONTEXT_SEED)
+    real, empty, shuffled = sentence_log_probs(
+        model, split, [own_context(split.doc_offsets), no_context(split.n_sentences), random_anchors],
+        max_tokens)
+    everything = np.arange(split.n_sentences)
+    first = split.doc_offsets[:-1][np.diff(split.doc_offsets) > 0]
+    rest = np.setdiff1d(everything, first)
+    scores = {"cxmi": per_token_gain(real, empty, everything),
+              "cxmi/first": per_token_gain(real, empty, first),
+              "cxmi/rest": per_token_gain(real, empty, rest),
+              "random_ctx/cxmi": per_token_gain(real, shuffled, everything)}
+    if test_bleu is not None:
+        # A model that reads no context gets batches without context tensors, the same under any
+        # anchors: decoding them again would reproduce its test hypotheses exactly.
+        reads_context = bool(window.sides()) or window.external is not None
+        random_bleu = (decode_bleu(model, split, random_anchors, references, tokenize)
+                       if reads_context else test_bleu)
+        scores.update({"random_ctx/bleu": random_bleu, "random_ctx/bleu_delta": random_bleu - test_bleu})
+    return scores

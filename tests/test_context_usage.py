@@ -1,0 +1,130 @@
+"""Context anchors (`data/context_anchors.py`) and the context-usage diagnostics
+(`evaluation/context_usage.py`): CXMI and the random-context control.
+
+Models here are untrained tiny ones (random weights): a model whose output cannot depend on the
+context must get a CXMI of exactly 0, one that reads its context a CXMI that is not 0, and every
+model exactly 0 on the first sentences of documents (empty context either way). That CXMI is clearly
+positive for a *trained* context model is checked in `test_learning.py` (slow).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from lightning_docmt.data.batch import EOS_ID
+from lightning_docmt.data.collate import collate, row_lengths
+from lightning_docmt.data.context_anchors import no_context, own_context, random_context
+from lightning_docmt.data.vocab import WordVocab
+from lightning_docmt.evaluation.context_usage import context_usage_metrics
+from lightning_docmt.inference.translate import LoadedModel, binarize_documents
+from lightning_docmt.training.module import DocMTModule
+from tests.corpus_fixtures import WORDS, random_documents
+from tests.stage_fits import tiny_config
+
+DOC_OFFSETS = np.array([0, 4, 5, 9, 15, 18])  # documents of 4, 1, 4, 6 and 3 sentences
+VOCAB = WordVocab(sorted(set(WORDS) | {w.upper() for w in WORDS}))
+
+
+def test_random_context_comes_from_another_document_with_as_many_neighbours():
+    anchors = random_context(DOC_OFFSETS, prev_size=2, next_size=1, seed=3)
+    own = own_context(DOC_OFFSETS)
+    doc = np.searchsorted(DOC_OFFSETS, np.arange(18), side="right") - 1
+    anchor_doc = np.searchsorted(DOC_OFFSETS, anchors.anchor, side="right") - 1
+    alone = np.arange(18) == 4  # the one-sentence document: no context, so nothing to replace
+    assert (anchor_doc[~alone] != doc[~alone]).all() and anchors.anchor[4] == 4
+    assert (anchors.start == DOC_OFFSETS[anchor_doc]).all() and (anchors.end == DOC_OFFSETS[anchor_doc + 1]).all()
+    for size, before, after in ((2, own.anchor - own.start, anchors.anchor - anchors.start),
+                                (1, own.end - 1 - own.anchor, anchors.end - 1 - anchors.anchor)):
+        assert (np.minimum(before, size) == np.minimum(after, size)).all()
+
+
+def test_random_context_is_seeded():
+    first, again = (random_context(DOC_OFFSETS, 2, 0, seed=5) for _ in range(2))
+    other = random_context(DOC_OFFSETS, 2, 0, seed=6)
+    assert (first.anchor == again.anchor).all() and not (first.anchor == other.anchor).all()
+
+
+def test_random_context_needs_another_document():
+    assert (random_context(np.array([0, 1]), 1, 0, seed=1).anchor == [0]).all()  # nothing to replace
+    with pytest.raises(ValueError, match="no sentence of another document"):
+        random_context(np.array([0, 5]), prev_size=1, next_size=0, seed=1)
+
+
+DOCUMENTS = random_documents(12, seed=4, max_sentences=5)
+REFERENCES = [t for d in DOCUMENTS for t in d.tgt]
+
+
+@pytest.fixture
+def split(tmp_path: Path):
+    documents = DOCUMENTS
+    model = LoadedModel(None, tiny_config(tmp_path, "context.prev_sentences=2"), VOCAB, VOCAB)
+    (tmp_path / "split").mkdir()
+    return binarize_documents(documents, model, tmp_path / "split")
+
+
+def test_own_anchors_give_the_ordinary_batch_and_no_context_the_first_sentence_layout(tmp_path, split):
+    cfg = tiny_config(tmp_path, "model.arch=zhang_doc", "context.prev_sentences=2", "context.next_sentences=1")
+    spec = LoadedModel(None, cfg, VOCAB, VOCAB).window
+    index = np.arange(split.n_sentences)
+    plain = collate(split, index, spec)
+    own = collate(split, index, spec, own_context(split.doc_offsets))
+    assert plain.keys() == own.keys() and all((plain[k] == own[k]).all() for k in plain)
+    empty = collate(split, index, spec, no_context(split.n_sentences))
+    for key in ("ctx_src", "ctx_next"):
+        assert empty[key].tolist() == [[EOS_ID]] * split.n_sentences
+        assert empty[f"{key}_seg"].tolist() == [[0]] * split.n_sentences
+    for key in ("src", "tgt_in", "tgt_out", "sent_index", "doc_index", "pos_in_doc"):
+        assert (empty[key] == plain[key]).all()
+
+
+def test_row_lengths_follow_the_anchors(tmp_path, split):
+    cfg = tiny_config(tmp_path, "model.arch=zhang_doc", "context.prev_sentences=2")
+    spec = LoadedModel(None, cfg, VOCAB, VOCAB).window
+    index = np.arange(split.n_sentences)
+    anchors = random_context(split.doc_offsets, 2, 0, seed=1)
+    lengths = row_lengths(split, spec, index, anchors)
+    for i in index:
+        batch = collate(split, [i], spec, anchors)
+        assert lengths[2, i] == batch["ctx_src"].size(1)
+
+
+def loaded_model(tmp_path: Path, *overrides: str) -> LoadedModel:
+    cfg = tiny_config(tmp_path, *overrides)
+    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), len(VOCAB), len(VOCAB)).eval()
+    return LoadedModel(module, cfg, VOCAB, VOCAB)
+
+
+def usage(model: LoadedModel, split) -> dict[str, float]:
+    return context_usage_metrics(model, split, REFERENCES, "13a", test_bleu=None)
+
+
+def test_cxmi_is_exactly_zero_for_models_that_cannot_use_their_context(tmp_path, split):
+    for overrides in (["model.arch=transformer"],
+                      ["model.arch=zhang_doc", "context.prev_sentences=2",
+                       "model.context_attn.encoder=false", "model.context_attn.decoder=false"]):
+        scores = usage(loaded_model(tmp_path, *overrides), split)
+        assert scores["cxmi"] == 0.0 and scores["random_ctx/cxmi"] == 0.0, overrides
+
+
+def test_cxmi_of_a_context_model_differs_from_zero_except_on_first_sentences(tmp_path, split):
+    model = loaded_model(tmp_path, "model.arch=zhang_doc", "context.prev_sentences=2")
+    scores = usage(model, split)
+    assert scores["cxmi/first"] == 0.0
+    assert abs(scores["cxmi/rest"]) > 1e-4 and abs(scores["random_ctx/cxmi"]) > 1e-4
+    tokens = split.tgt.offsets[1:] - split.tgt.offsets[:-1] + 1  # target tokens and <eos>
+    is_first = np.zeros(split.n_sentences, dtype=bool)
+    is_first[split.doc_offsets[:-1]] = True
+    rest_share = tokens[~is_first].sum() / tokens.sum()
+    assert scores["cxmi"] == pytest.approx(rest_share * scores["cxmi/rest"], rel=1e-9)
+
+
+def test_random_context_bleu_is_decoded_for_a_context_model(tmp_path, split):
+    model = loaded_model(tmp_path, "model.arch=zhang_doc", "context.prev_sentences=2")
+    scores = context_usage_metrics(model, split, REFERENCES, "13a", test_bleu=50.0)
+    assert scores["random_ctx/bleu_delta"] == pytest.approx(scores["random_ctx/bleu"] - 50.0)
+    assert scores["random_ctx/bleu"] < 50.0  # an untrained model is nowhere near 50 BLEU
