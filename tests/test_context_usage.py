@@ -21,6 +21,7 @@ from lightning_docmt.data.collate import collate, row_lengths
 from lightning_docmt.data.context_anchors import no_context, own_context, random_context
 from lightning_docmt.data.vocab import WordVocab
 from lightning_docmt.evaluation.context_usage import context_usage_metrics
+from lightning_docmt.evaluation.contrastive import score_suite
 from lightning_docmt.inference.translate import LoadedModel, binarize_documents
 from lightning_docmt.training.module import DocMTModule
 from tests.corpus_fixtures import WORDS, random_documents
@@ -128,3 +129,13 @@ def test_random_context_bleu_is_decoded_for_a_context_model(tmp_path, split):
     scores = context_usage_metrics(model, split, REFERENCES, "13a", test_bleu=50.0)
     assert scores["random_ctx/bleu_delta"] == pytest.approx(scores["random_ctx/bleu"] - 50.0)
     assert scores["random_ctx/bleu"] < 50.0  # an untrained model is nowhere near 50 BLEU
+
+
+def test_a_suite_line_with_source_context_only_is_scored_by_a_model_reading_both_sides(tmp_path):
+    """Public suites often give no target context: the model reads empty target sentences there."""
+    model = loaded_model(tmp_path, "model.arch=zhang_doc", "context.prev_sentences=2", "context.side=mix")
+    example = {"id": "e", "src": "the cat runs", "src_context": ["a dog", "the river"],
+               "tgt_context": [], "candidates": ["RUNS CAT THE", "RUNS DOG THE"], "label": 0,
+               "phenomenon": "test"}
+    scores = score_suite(model, [example])
+    assert len(scores[0]) == 2 and all(np.isfinite(scores[0])) and scores[0][0] != scores[0][1]

@@ -13,6 +13,7 @@ from lightning_docmt.data.contrastive import (
     FIELDS, context_free_ceiling, convert_contrapro, convert_discevalmt, convert_scat, read_suite,
     strip_scat_markup, write_suite)
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.evaluation.contrastive import candidate_documents
 
 SUITES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "contrastive"
 CONTRAPRO, DISCEVALMT, SCAT = (SUITES / "contrapro-ende", SUITES / "bawden-discevalmt-enfr",
@@ -38,6 +39,16 @@ def test_round_trip(tmp_path):
     assert [list(json.loads(line)) for line in path.read_text().splitlines()] == [list(FIELDS)] * 2
 
 
+def test_a_suite_may_give_the_context_of_one_side_only(tmp_path):
+    source_only = EXAMPLE | {"id": "s", "tgt_context": []}
+    target_only = EXAMPLE | {"id": "t", "src_context": []}
+    path = _write_lines(tmp_path / "one_side.jsonl", source_only, target_only)
+    assert read_suite(path) == [source_only, target_only]
+    documents, _ = candidate_documents([source_only])
+    assert documents[0].src == [*EXAMPLE["src_context"], EXAMPLE["src"]]
+    assert documents[0].tgt == ["", EXAMPLE["candidates"][0]]  # the empty side: empty sentences
+
+
 @pytest.mark.parametrize("change, match", [
     ({"label": 2}, "'label' must be an integer in 0..1"),
     ({"label": True}, "'label' must be an integer"),
@@ -47,7 +58,7 @@ def test_round_trip(tmp_path):
     ({"candidates": ["a", ""]}, "non-empty strings"),
     ({"src": ""}, "'src' must be a non-empty string"),
     ({"src_context": "I saw the car."}, "lists of strings"),
-    ({"tgt_context": []}, "must be aligned"),
+    ({"tgt_context": ["a", "b"]}, "must be aligned, or one of them empty"),
     ({"phenomenon": ""}, "'phenomenon'"),
     ({"id": None}, "'id' must be a string or an integer"),
     ({"extra": 1}, "unknown key"),

@@ -73,8 +73,9 @@ SETTINGS = [
     f"data.corpus=synthetic:{NAME}", "vocab.type=word", "model.d_model=64", "model.heads=4",
     "model.ffn_dim=256", "train.optim.warmup_steps=300", f"train.max_steps={SENT_STEPS}",
     "train.val_every_steps=100000", "eval.valid_bleu=false", "decode.beam=1",
-    "eval.contrastive=[corpus]", f"train.seed={SEED}",
+    "eval.contrastive=[corpus]", "eval.context_usage=true", f"train.seed={SEED}",
 ]
+MIN_CXMI = 0.01  # nats per target token: a model that uses its context; a blind one gets exactly 0
 SENT_STAGE = "sent: {arch: transformer}"
 
 
@@ -123,6 +124,19 @@ def assert_uses_context(metrics: dict, ceiling: dict[str, float]) -> None:
         assert metrics[f"contrastive/{phenomenon}"] >= 0.75, phenomenon
 
 
+def assert_context_usage(metrics: dict) -> None:
+    """Its real context makes the model's references more likely than no context and than the
+    context of another document (CXMI, evaluation/context_usage.py), and translating with another
+    document's context costs BLEU."""
+    assert metrics["cxmi"] >= MIN_CXMI and metrics["random_ctx/cxmi"] >= MIN_CXMI, metrics
+    assert metrics["cxmi/first"] == 0.0 and metrics["random_ctx/bleu_delta"] < 0, metrics
+
+
+def assert_context_blind(metrics: dict) -> None:
+    assert metrics["cxmi"] == 0.0 and metrics["random_ctx/cxmi"] == 0.0, metrics
+    assert metrics["random_ctx/bleu_delta"] == 0.0, metrics
+
+
 @pytest.fixture(scope="module")
 def sentence(workspace: Path) -> dict:
     return fit(workspace, "sentence", f"model: {{arch: transformer}}\ntrain:\n  stages: {{{SENT_STAGE}}}\n"
@@ -138,9 +152,11 @@ def zhang_config(trainable: list[str]) -> str:
 
 def test_sentence_transformer_stays_at_the_ceiling_and_concat_beats_it(workspace, sentence, ceiling):
     assert_at_ceiling(sentence["metrics"]["contrastive/accuracy"], ceiling)
+    assert_context_blind(sentence["metrics"])
     concat = fit(workspace, "concat", "model: {arch: concat}\ncontext: {prev_sentences: 3}\n",
                  f"train.max_steps={CONCAT_STEPS}")
     assert_uses_context(concat["metrics"], ceiling)
+    assert_context_usage(concat["metrics"])
 
 
 def test_zhang_two_step_learns_from_context_while_its_frozen_stage_one_cannot(
@@ -149,6 +165,7 @@ def test_zhang_two_step_learns_from_context_while_its_frozen_stage_one_cannot(
     assert run["stages"]["sent"]["reused"] is True  # the sentence run's Transformer, frozen
     assert run["stages"]["sent"]["key"] == sentence["stages"]["sent"]["key"]
     assert_uses_context(run["metrics"], ceiling)
+    assert_context_usage(run["metrics"])
     assert_at_ceiling(sentence["metrics"]["contrastive/accuracy"], ceiling)  # its frozen stage 1
 
 
@@ -159,3 +176,4 @@ def test_zhang_without_context_attention_stays_at_the_ceiling(workspace, sentenc
               "model.context_attn.decoder=false")
     assert run["stages"]["sent"]["reused"] is True
     assert_at_ceiling(run["metrics"]["contrastive/accuracy"], ceiling)
+    assert run["metrics"]["cxmi"] == 0.0 and run["metrics"]["random_ctx/cxmi"] == 0.0

@@ -18,6 +18,7 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.tables.report import log_table_to_wandb, summarize
 from lightning_docmt.tables.spec import compose_file, compose_row, load_table
 from lightning_docmt.tables.runner import run_table
+from tests.cli_run import docmt
 from tests.stand_in_archs import CTX, stand_in_archs
 
 __all__ = ["stand_in_archs"]  # a fixture: imported so that pytest finds it
@@ -186,6 +187,21 @@ def test_a_finished_run_of_another_config_is_an_error_before_anything_runs(table
     run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r",
               cli_overrides=["logging.project=other", "trainer.enable_progress_bar=true"])
     assert not fake.calls
+
+
+def test_fit_of_a_row_with_overrides_never_returns_the_finished_run_of_another_config(table_file,
+                                                                                       tmp_path):
+    """`docmt fit TABLE --row R key=value` writes where `docmt table` looks; a finished run there
+    whose config differs (here another corpus) is an error, not that run's numbers."""
+    fake = FakeTraining()
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    run_dir = tmp_path / "r" / "unit.t1" / "small" / "seed1"
+    same = docmt("fit", table_file, "--row", "small", "--seed", "1", "--results", tmp_path / "r")
+    assert same.code == 0 and same.out.strip().splitlines()[-1] == str(run_dir)  # reused as is
+    other = docmt("fit", table_file, "--row", "small", "--seed", "1", "--results", tmp_path / "r",
+                  "data.corpus=synthetic:small")
+    assert other.code == 2 and "holds a finished run of another config: data.corpus" in other.err
+    assert len(other.err.strip().splitlines()) == 1
 
 
 def test_a_config_error_in_any_row_stops_the_table_before_training(table_file, tmp_path):

@@ -62,6 +62,7 @@ def fit_command(args: argparse.Namespace) -> int:
         return 0
     table = load_table(Path(args.config))
     run_dir = tables.run_dir_for(args.results, table.id, args.row, cfg.train.seed)
+    tables.check_reusable(cfg, run_dir)  # the overrides may make it another config than the finished run's
     record = tables.execute_run(cfg, run_dir, run_metrics, row=args.row, seed=cfg.train.seed)
     if record.error:
         raise DocMTInputError(f"row '{args.row}' failed: {record.error} (log: {record.log_path})")

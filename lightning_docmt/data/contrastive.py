@@ -6,8 +6,9 @@ One example per line:
      "candidates": [str, ...], "label": int, "phenomenon": str}
 
 `src` is the current source sentence; `src_context`/`tgt_context` the previous sentences of the
-document, oldest first, source and reference target aligned (equal lengths; empty lists when there is
-no context); `candidates` the target sentences to score (at least two, all different), `candidates[label]`
+document, oldest first, source and reference target aligned (equal lengths), or one side empty when
+a suite gives only the other (many public suites give source context only: a model reading the
+empty side reads empty sentences there); empty lists when there is no context; `candidates` the target sentences to score (at least two, all different), `candidates[label]`
 the correct one. A model scores each candidate by its log-probability given the source and context.
 
 Converters from the published suites (files as distributed, see /work/shared/data/contrastive):
@@ -74,9 +75,10 @@ def check_example(obj: Any, *, path: str | Path, line: int) -> None:
         fail("'src' must be a non-empty string")
     if not (_is_str_list(obj["src_context"]) and _is_str_list(obj["tgt_context"])):
         fail("'src_context' and 'tgt_context' must be lists of strings")
-    if len(obj["src_context"]) != len(obj["tgt_context"]):
-        fail(f"'src_context' has {len(obj['src_context'])} sentences but 'tgt_context' has "
-             f"{len(obj['tgt_context'])} (they must be aligned)")
+    sizes = (len(obj["src_context"]), len(obj["tgt_context"]))
+    if 0 not in sizes and sizes[0] != sizes[1]:
+        fail(f"'src_context' has {sizes[0]} sentences but 'tgt_context' has {sizes[1]} (they must "
+             f"be aligned, or one of them empty)")
     candidates = obj["candidates"]
     if not _is_str_list(candidates) or len(candidates) < 2 or not all(c.strip() for c in candidates):
         fail("'candidates' must be a list of at least two non-empty strings")

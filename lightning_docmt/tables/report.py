@@ -15,7 +15,7 @@ import statistics
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -97,22 +97,34 @@ def summarize(table: Table, records: Sequence[RunRecord]) -> list[RowSummary]:
     return summaries
 
 
+# Per row: (mark, p-values per seed) of its test BLEU against the table's baseline row
+# (tables/significance.py); rows without a test are absent.
+Significance = Mapping[str, tuple[str, Sequence[float]]]
+MARKED_METRIC = "test/bleu"
+
+
 def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
-                   *, context: str = "") -> Path:
+                   *, context: str = "", significance: Significance | None = None) -> Path:
+    significance = significance or {}
     header = ["Row"]
     for metric in table.metrics:
         header += [metric, "paper", "Δ"]
     header.append("Status")
+    explained = (f" ↑/↓: {MARKED_METRIC} significantly better/worse than the baseline row "
+                 f"`{table.baseline}` (paired bootstrap, p < 0.05) in every seed; the p-values "
+                 "are in table.csv." if table.baseline else "")
     lines = [f"# {table.title}", "",
              f"Table `{table.id}` (`{table.path}`). Ours: mean ± sample standard deviation over the "
-             "finished seeds (n); Δ = ours − paper." + (f" {context}" if context else ""), "",
-             "| " + " | ".join(header) + " |",
+             "finished seeds (n); Δ = ours − paper." + explained + (f" {context}" if context else ""),
+             "", "| " + " | ".join(header) + " |",
              "|" + "|".join(["---"] + ["---:"] * (len(header) - 2) + ["---"]) + "|"]
     for summary in summaries:
         cells = [summary.row.name]
         for metric in table.metrics:
             m = summary.metrics[metric]
-            cells += [_ours_cell(m), _fmt(m.paper), _fmt(m.delta, signed=True)]
+            mark = significance.get(summary.row.name, ("", ()))[0] if metric == MARKED_METRIC else ""
+            cells += [_ours_cell(m) + (f" {mark}" if mark else ""), _fmt(m.paper),
+                      _fmt(m.delta, signed=True)]
         cells.append(summary.status)
         lines.append("| " + " | ".join(cells) + " |")
     failures = [r for s in summaries for r in s.records if r.status == FAILED]
@@ -131,15 +143,23 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
     return path
 
 
-def write_csv(table: Table, summaries: Sequence[RowSummary], path: Path) -> Path:
+def write_csv(table: Table, summaries: Sequence[RowSummary], path: Path, *,
+              significance: Significance | None = None) -> Path:
+    """One line per row and metric; `p_values` (per seed, `;`-separated) and `mark` against the
+    baseline row, on the test BLEU lines of the rows that were tested."""
+    significance = significance or {}
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["row", "metric", "n", "mean", "std", "paper", "delta", "status"])
+        writer.writerow(["row", "metric", "n", "mean", "std", "paper", "delta", "status",
+                         "p_values", "mark"])
         for summary in summaries:
             for metric in table.metrics:
                 m = summary.metrics[metric]
+                mark, p_values = (significance.get(summary.row.name, ("", ()))
+                                  if metric == MARKED_METRIC else ("", ()))
                 writer.writerow([summary.row.name, metric, m.n, _raw(m.mean), _raw(m.std),
-                                 _raw(m.paper), _raw(m.delta), summary.status])
+                                 _raw(m.paper), _raw(m.delta), summary.status,
+                                 ";".join(repr(p) for p in p_values), mark])
     return path
 
 

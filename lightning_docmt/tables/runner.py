@@ -41,6 +41,7 @@ from lightning_docmt.config.composition import CONFIG_FILENAME, RESOLVED_KEY, sa
 from lightning_docmt.distributed import is_global_zero, progress
 from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.tables.significance import row_significance
 from lightning_docmt.tables.report import (DONE, FAILED, FINISHED, INCOMPLETE, RunRecord,
                                           log_table_to_wandb, summarize, write_bar_chart,
                                           write_csv, write_markdown)
@@ -100,7 +101,7 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
     if run_row is None:
         raise ValueError("run_table needs a run_row function unless dry_run is set")
     for planned in plan:
-        _check_reusable(planned)
+        check_reusable(planned.cfg, planned.run_dir)
     records = [execute_run(planned.cfg, planned.run_dir, run_row, row=planned.row.name,
                            seed=planned.seed) for planned in plan]
     if not is_global_zero():
@@ -109,8 +110,11 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
     out_dir.mkdir(parents=True, exist_ok=True)
     summaries = summarize(table, collect_records(table, results_dir, seed_list))
     context = f"Profile: {profile or _common_profile(plan) or 'none'}."
-    outputs = {"md": write_markdown(table, summaries, out_dir / "table.md", context=context),
-               "csv": write_csv(table, summaries, out_dir / "table.csv"),
+    tested = row_significance(summaries, table.baseline) if table.baseline else {}
+    marks = {row: (t.mark, t.p_values) for row, t in tested.items()}
+    outputs = {"md": write_markdown(table, summaries, out_dir / "table.md", context=context,
+                                    significance=marks),
+               "csv": write_csv(table, summaries, out_dir / "table.csv", significance=marks),
                "png": write_bar_chart(table, summaries, out_dir / "table.png")}
     if any(planned.cfg.logging.wandb for planned in plan):
         log_table_to_wandb(table, summaries, outputs["png"], project=plan[0].cfg.logging.project,
@@ -186,19 +190,21 @@ def _record_on_disk(row: str, seed: int, run_dir: Path) -> RunRecord:
     return RunRecord(row=row, seed=seed, run_dir=run_dir, status=INCOMPLETE, log_path=log_path)
 
 
-def _check_reusable(planned: PlannedRun) -> None:
-    """A finished run is reused only if its saved config matches (outside REUSE_IGNORED_KEYS); one
-    that other code produced is reused with a warning naming the code it came from."""
-    saved_path = planned.run_dir / CONFIG_FILENAME
-    if not ((planned.run_dir / METRICS_FILE).is_file() and saved_path.is_file()):
+def check_reusable(cfg: DictConfig, run_dir: Path) -> None:
+    """A finished run in `run_dir` is reused only if its saved config matches `cfg` (outside
+    REUSE_IGNORED_KEYS); one that other code produced is reused with a warning naming the code it
+    came from. Called by `docmt table` for every planned run before any runs, and by `docmt fit
+    TABLE --row` (whose command-line overrides may change the row's config)."""
+    saved_path = run_dir / CONFIG_FILENAME
+    if not ((run_dir / METRICS_FILE).is_file() and saved_path.is_file()):
         return
-    recorded = _read_json(planned.run_dir / METRICS_FILE).get(f"{ENV_PREFIX}code")
+    recorded = _read_json(run_dir / METRICS_FILE).get(f"{ENV_PREFIX}code")
     if recorded != code_fingerprint() and is_global_zero():
-        progress(f"warning: {planned.run_dir} was computed by other code (fingerprint {recorded}, now "
+        progress(f"warning: {run_dir} was computed by other code (fingerprint {recorded}, now "
                  f"{code_fingerprint()}); its numbers are reused: delete the folder to recompute them")
     saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
     saved.pop(RESOLVED_KEY, None)
-    now = _flatten(OmegaConf.to_container(planned.cfg, resolve=True))
+    now = _flatten(OmegaConf.to_container(cfg, resolve=True))
     before = _flatten(saved)
     differ = sorted(key for key in now.keys() | before.keys()
                     if now.get(key, "<absent>") != before.get(key, "<absent>")
@@ -209,7 +215,7 @@ def _check_reusable(planned: PlannedRun) -> None:
                           for k in differ[:4]) + (" ..." if len(differ) > 4 else "")
         raise DocMTInputError(f"holds a finished run of another config: {shown}; delete the folder "
                               "to run it again, or choose another results directory",
-                              path=planned.run_dir)
+                              path=run_dir)
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:

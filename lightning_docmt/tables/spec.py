@@ -5,6 +5,8 @@
     metrics: [test/bleu]                  # the columns; keys of what a run returns
     base: [model.arch=zhang_doc, data.corpus=bible:en-fr]     # overrides shared by every row
     seeds: [1, 2, 3]                      # optional; else the run config's train.seed
+    baseline: none                        # optional: the row whose test BLEU every other row is
+                                          # tested against, per seed (tables/significance.py)
     notes: free text                      # optional
     rows:
       - {name: none, overrides: [model.context_attn.encoder=false], paper: {test/bleu: 45.97}}
@@ -28,7 +30,7 @@ from lightning_docmt.config.composition import Layer, compose, compose_layers, o
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.yaml_file import YamlFile
 
-TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "notes")
+TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "baseline", "notes")
 ROW_KEYS = ("name", "overrides", "paper", "notes")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # used as a folder name
 
@@ -52,6 +54,7 @@ class Table:
     rows: tuple[TableRow, ...]
     seeds: tuple[int, ...] | None
     notes: str
+    baseline: str | None = None
 
     @property
     def path(self) -> Path:
@@ -129,8 +132,12 @@ def load_table(path: str | Path) -> Table:
         if row.name in seen:
             raise fail(f"row '{row.name}': duplicate row name", "rows", row.index)
         seen.add(row.name)
+    baseline = data.get("baseline")
+    if baseline is not None and baseline not in seen:
+        raise fail(f"'baseline' must name a row ({', '.join(r.name for r in rows)}), got "
+                   f"{baseline!r}", "baseline")
     return Table(file=file, id=table_id, title=data["title"], metrics=tuple(metrics),
-                 base=tuple(base), rows=rows, seeds=seeds, notes=notes)
+                 base=tuple(base), rows=rows, seeds=seeds, notes=notes, baseline=baseline)
 
 
 def compose_row(table: Table | str | Path, row_name: str, profile: str | None = None,

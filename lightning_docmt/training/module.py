@@ -43,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_docmt.inference import decoding
 
 from lightning_docmt.evaluation import metrics
+from lightning_docmt.evaluation.meteor import METEOR_NAME, corpus_meteor
 from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.data.languages import bleu_tokenizer
 from lightning_docmt.training.output_loss import output_label_smoothed_nll
@@ -423,19 +424,26 @@ class DocMTModule(pl.LightningModule):
         ev, tokenize = self.cfg.eval, bleu_tokenizer(self.cfg.eval, self.cfg.data)
         bleu = metrics.corpus_bleu(hyps, refs, tokenize=tokenize, lowercase=ev.lowercase)
         scores = {f"{prefix}/bleu": bleu.score}
-        if prefix == "test":
-            scores[f"{prefix}/chrf"] = metrics.corpus_chrf(hyps, refs).score
+        if prefix == "test":  # one case setting for every metric (eval.lowercase)
+            chrf = metrics.corpus_chrf(hyps, refs, lowercase=ev.lowercase)
+            scores[f"{prefix}/chrf"] = chrf.score
             scores[f"{prefix}/dbleu"] = metrics.doc_bleu(hyps, refs, docs, tokenize=tokenize,
                                                          lowercase=ev.lowercase).score
-            self._write_eval_outputs(split, hyps, bleu.signature)
+            scores[f"{prefix}/meteor"] = 100 * corpus_meteor(hyps, refs, lowercase=ev.lowercase)
+            self._write_eval_outputs(split, hyps, refs, {"bleu": bleu.signature,
+                                                         "chrf": chrf.signature, "meteor": METEOR_NAME})
         return scores
 
-    def _write_eval_outputs(self, split: str, hyps: list[str], signature: str) -> None:
+    def _write_eval_outputs(self, split: str, hyps: list[str], refs: list[str],
+                            signatures: dict[str, str]) -> None:
+        """`<split>.hyp.txt` and `<split>.ref.txt` (one sentence a line, so that the run can be
+        re-scored and tested for significance on its own) and the metrics' signatures."""
         if self.output_dir is None or not self.trainer.is_global_zero:
             return
         out_dir = Path(self.output_dir)
-        (out_dir / f"{split}.hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-        (out_dir / f"{split}.signature.json").write_text(json.dumps({"bleu": signature}) + "\n")
+        for kind, lines in (("hyp", hyps), ("ref", refs)):
+            (out_dir / f"{split}.{kind}.txt").write_text("".join(t + "\n" for t in lines), encoding="utf-8")
+        (out_dir / f"{split}.signature.json").write_text(json.dumps(signatures) + "\n")
 
 
 def gather_objects(value: Any) -> list[Any]:

@@ -1,0 +1,67 @@
+"""Significance of each table row's test BLEU against the table's `baseline:` row, seed by seed.
+
+For every seed that both the row and the baseline finished, the row's test hypotheses are tested
+against the baseline's of the same seed on the same references (`test.hyp.txt` / `test.ref.txt`
+of each run) by paired bootstrap resampling (`evaluation/significance.py`, sacreBLEU's module),
+with the BLEU settings of the row's run (tokenizer, case). The cell is marked only when the
+difference is significant (p < 0.05) and in the same direction in *every* seed (as Yamagishi &
+Komachi mark their tables): one lucky seed is not a result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from omegaconf import OmegaConf
+
+from lightning_docmt.data.languages import bleu_tokenizer
+from lightning_docmt.evaluation.significance import paired_test, significance_mark
+from lightning_docmt.tables.report import RowSummary, RunRecord
+
+TESTED_METRIC = "test/bleu"
+
+
+@dataclass(frozen=True)
+class RowSignificance:
+    seeds: tuple[int, ...]
+    p_values: tuple[float, ...]
+    deltas: tuple[float, ...]  # row - baseline BLEU, per seed
+    signature: str
+
+    @property
+    def mark(self) -> str:
+        return significance_mark(self.p_values, self.deltas)
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def paired_against(baseline: RunRecord, record: RunRecord) -> tuple[float, float, str]:
+    """(p-value, BLEU delta, signature) of `record`'s test hypotheses against `baseline`'s."""
+    cfg = OmegaConf.load(record.run_dir / "config.yaml")
+    refs = _lines(record.run_dir / "test.ref.txt")
+    if _lines(baseline.run_dir / "test.ref.txt") != refs:
+        raise ValueError(f"{record.run_dir} and {baseline.run_dir} were tested on different references")
+    result = paired_test(_lines(baseline.run_dir / "test.hyp.txt"), _lines(record.run_dir / "test.hyp.txt"),
+                         refs, tokenize=bleu_tokenizer(cfg.eval, cfg.data), lowercase=cfg.eval.lowercase)
+    return result.p_value, result.delta, result.signature
+
+
+def row_significance(summaries: Sequence[RowSummary], baseline: str) -> dict[str, RowSignificance]:
+    """Per row other than `baseline`, its tests against the baseline over their common finished seeds."""
+    base = {r.seed: r for s in summaries if s.row.name == baseline for r in s.records if r.succeeded}
+    out: dict[str, RowSignificance] = {}
+    for summary in summaries:
+        if summary.row.name == baseline:
+            continue
+        pairs = [(r.seed, base[r.seed], r) for r in summary.records if r.succeeded and r.seed in base]
+        if not pairs:
+            continue
+        tests = [paired_against(b, r) for _, b, r in pairs]
+        out[summary.row.name] = RowSignificance(tuple(seed for seed, _, _ in pairs),
+                                                tuple(t[0] for t in tests), tuple(t[1] for t in tests),
+                                                tests[0][2])
+    return out

@@ -1,0 +1,78 @@
+"""Significance marks of a table (`tables/significance.py`): every row's test BLEU against the
+`baseline:` row, paired bootstrap per seed, marked only when significant in every seed.
+
+The runs are fakes that write hand-made hypotheses: the baseline drops about half the words of each
+reference, `better` is the reference itself, `worse` keeps one word, `same` is the baseline's
+output, and `lucky` is better with seed 1 only.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.tables.runner import run_table
+from lightning_docmt.tables.spec import load_table
+
+WORDS = "the a river stone light night sings walks old new cat dog house tree runs sees".split()
+REFERENCES = [" ".join(random.Random(i).choices(WORDS, k=12)) for i in range(120)]
+ROWS = ("baseline", "better", "worse", "same", "lucky")
+TABLE = {
+    "id": "unit.sig", "title": "Significance", "metrics": ["test/bleu"],
+    "base": ["profile=tiny"], "seeds": [1, 2], "baseline": "baseline",
+    "rows": [{"name": name, "overrides": []} for name in ROWS],
+}
+
+
+def dropped(sentence: str, seed: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(w for w in sentence.split() if rng.random() < 0.5)
+
+
+def hypotheses(row: str, seed: int) -> list[str]:
+    baseline = [dropped(r, seed * 1000 + i) for i, r in enumerate(REFERENCES)]
+    if row == "better" or (row == "lucky" and seed == 1):
+        return list(REFERENCES)
+    if row == "worse":
+        return [r.split()[0] for r in REFERENCES]
+    return baseline  # baseline, same, and lucky with seed 2
+
+
+def fake_run(cfg, run_dir: Path) -> dict:
+    row, seed = cfg.logging.name, cfg.train.seed
+    (run_dir / "test.hyp.txt").write_text("".join(h + "\n" for h in hypotheses(row, seed)))
+    (run_dir / "test.ref.txt").write_text("".join(r + "\n" for r in REFERENCES))
+    return {"test/bleu": float(len(row))}
+
+
+@pytest.fixture
+def table_file(tmp_path: Path) -> Path:
+    path = tmp_path / "sig.yaml"
+    path.write_text(yaml.safe_dump(TABLE, sort_keys=False))
+    return path
+
+
+def test_marks_need_significance_in_every_seed(table_file, tmp_path):
+    run_table(table_file, run_row=fake_run, results_dir=tmp_path / "results")
+    out = tmp_path / "results" / "unit.sig"
+    lines = {r["row"]: r for r in csv.DictReader((out / "table.csv").open())}
+    marks = {row: lines[row]["mark"] for row in ROWS}
+    assert marks == {"baseline": "", "better": "↑", "worse": "↓", "same": "", "lucky": ""}
+    p = {row: [float(v) for v in lines[row]["p_values"].split(";") if v] for row in ROWS}
+    assert p["baseline"] == [] and p["same"] == [1.0, 1.0]
+    assert all(v < 0.05 for v in p["better"] + p["worse"])
+    assert p["lucky"][0] < 0.05 and p["lucky"][1] == 1.0
+    markdown = (out / "table.md").read_text()
+    assert next(l for l in markdown.splitlines() if l.startswith("| better |")).count("↑") == 1
+    assert "baseline row `baseline`" in markdown
+
+
+def test_the_baseline_must_name_a_row(table_file):
+    table_file.write_text(yaml.safe_dump({**TABLE, "baseline": "nope"}, sort_keys=False))
+    with pytest.raises(DocMTInputError, match="'baseline' must name a row"):
+        load_table(table_file)
