@@ -115,7 +115,7 @@ def test_cxmi_is_exactly_zero_for_models_that_cannot_use_their_context(tmp_path,
 def test_cxmi_of_a_context_model_differs_from_zero_except_on_first_sentences(tmp_path, split):
     model = loaded_model(tmp_path, "model.arch=zhang_doc", "context.prev_sentences=2")
     scores = usage(model, split)
-    assert scores["cxmi/first"] == 0.0
+    assert abs(scores["cxmi/first"]) < 1e-6  # empty context either way; rounding: see context_usage
     assert abs(scores["cxmi/rest"]) > 1e-4 and abs(scores["random_ctx/cxmi"]) > 1e-4
     tokens = split.tgt.offsets[1:] - split.tgt.offsets[:-1] + 1  # target tokens and <eos>
     is_first = np.zeros(split.n_sentences, dtype=bool)

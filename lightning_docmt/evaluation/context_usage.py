@@ -9,8 +9,10 @@ split, with the context swapped by `data/context_anchors.py` and everything else
   `log p(y_t | x, C, y_<t) - log p(y_t | x, y_<t)`, both from the *same* model, the second with
   every context side it reads emptied (the layout of a document's first sentence). Reported over
   all tokens (`cxmi`) and separately for the first sentences of documents (`cxmi/first`, whose
-  context is empty either way, so 0: the check that the two passes differ only in the context) and
-  for the others (`cxmi/rest`). A model that ignores its context gets exactly 0; the paper's
+  context is empty either way: 0 up to float rounding, the check that the two passes differ only in
+  the context; rounding, because the other rows of a batch change their context, and with it the
+  padded width a model such as the concatenation one computes over) and for the others
+  (`cxmi/rest`). A model that ignores its context gets exactly 0; the paper's
   estimate compares two models, this one the model with itself (their "CXMI of a single model").
 - **Random-context control**: every sentence reads the context of a sentence of another document,
   with as many context sentences (seeded). `random_ctx/cxmi` is the same difference of
