@@ -24,7 +24,7 @@ REFERENCES = [" ".join(random.Random(i).choices(WORDS, k=12)) for i in range(120
 ROWS = ("baseline", "better", "worse", "same", "lucky")
 TABLE = {
     "id": "unit.sig", "title": "Significance", "metrics": ["test/bleu"],
-    "base": ["profile=tiny"], "seeds": [1, 2], "baseline": "baseline",
+    "base": ["profile=tiny", "eval.lowercase=true"], "seeds": [1, 2], "baseline": "baseline",
     "rows": [{"name": name, "overrides": []} for name in ROWS],
 }
 
@@ -69,7 +69,7 @@ def test_marks_need_significance_in_every_seed(table_file, tmp_path):
     assert p["lucky"][0] < 0.05 and p["lucky"][1] == 1.0
     markdown = (out / "table.md").read_text()
     assert next(l for l in markdown.splitlines() if l.startswith("| better |")).count("↑") == 1
-    assert "baseline row `baseline`" in markdown
+    assert "baseline row `baseline`" in markdown and "METEOR are case-insensitive." in markdown
 
 
 def test_the_baseline_must_name_a_row(table_file):

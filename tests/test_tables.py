@@ -138,7 +138,7 @@ def test_table_markdown_and_csv_hold_mean_std_and_paper_numbers(table_file, tmp_
     broken_log = out / "broken" / "seed1" / "log.txt"
     assert f"- `broken` seed 1: RuntimeError: boom (log: `{broken_log}`)" in markdown
     assert "nrefs:1|tok:13a" in markdown and "table note" in markdown and "row note" in markdown
-    assert "Profile: tiny." in markdown
+    assert "Profile: tiny. BLEU, chrF, d-BLEU and METEOR are case-sensitive (cased)." in markdown
     assert (out / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -109,7 +109,7 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
     out_dir = Path(results_dir) / table.id
     out_dir.mkdir(parents=True, exist_ok=True)
     summaries = summarize(table, collect_records(table, results_dir, seed_list))
-    context = f"Profile: {profile or _common_profile(plan) or 'none'}."
+    context = f"Profile: {profile or _common_profile(plan) or 'none'}. {_case_setting(plan)}"
     tested = row_significance(summaries, table.baseline) if table.baseline else {}
     marks = {row: (t.mark, t.p_values) for row, t in tested.items()}
     outputs = {"md": write_markdown(table, summaries, out_dir / "table.md", context=context,
@@ -246,6 +246,16 @@ def _checked_metrics(metrics: Any) -> dict[str, Any]:
 def _common_profile(plan: Sequence[PlannedRun]) -> str | None:
     profiles = {planned.cfg.profile for planned in plan}
     return profiles.pop() if len(profiles) == 1 else None
+
+
+def _case_setting(plan: Sequence[PlannedRun]) -> str:
+    """One sentence on the case setting of the table's scores (`eval.lowercase`, shared by BLEU,
+    chrF, d-BLEU and METEOR)."""
+    cases = {bool(planned.cfg.eval.lowercase) for planned in plan}
+    if len(cases) != 1:
+        return "Rows differ in case setting (eval.lowercase): their scores do not compare."
+    return ("BLEU, chrF, d-BLEU and METEOR are " +
+            ("case-insensitive." if cases.pop() else "case-sensitive (cased)."))
 
 
 class _Tee(io.TextIOBase):
