@@ -13,7 +13,7 @@ from lightning_docmt.data.contrastive import (
     FIELDS, context_free_ceiling, convert_contrapro, convert_discevalmt, convert_scat, read_suite,
     strip_scat_markup, write_suite)
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.evaluation.contrastive import candidate_documents
+from lightning_docmt.evaluation.contrastive import candidate_documents, with_random_contexts
 
 SUITES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "contrastive"
 CONTRAPRO, DISCEVALMT, SCAT = (SUITES / "contrapro-ende", SUITES / "bawden-discevalmt-enfr",
@@ -232,3 +232,23 @@ def test_scat_unequal_files(tmp_path):
     with pytest.raises(DocMTInputError, match="file ends before line 2") as err:
         convert_scat(tmp_path, "test")
     assert f"{tmp_path / 'highlighted.test.fr'}:2" in str(err.value)
+
+
+def test_random_contexts_are_another_examples_of_the_same_size():
+    """Both sides come from one donor with as many sentences; never the example's own when another
+    of its size exists; seeded; the sentence and its candidates unchanged."""
+    examples = [EXAMPLE | {"id": i, "src_context": [f"s{i}"] * n, "tgt_context": [f"t{i}"] * n}
+                for i, n in enumerate([1, 1, 1, 2, 2, 3, 0, 0])]
+    shuffled = with_random_contexts(examples, seed=4)
+    assert with_random_contexts(examples, seed=4) == shuffled
+    for before, after in zip(examples, shuffled):
+        n = len(before["src_context"])
+        assert (after["id"], after["src"], after["candidates"]) == (before["id"], before["src"],
+                                                                     before["candidates"])
+        assert len(after["src_context"]) == len(after["tgt_context"]) == n
+        if n:
+            donor = int(after["src_context"][0][1:])
+            assert after["tgt_context"][0] == f"t{donor}" and len(examples[donor]["src_context"]) == n
+        if n in (1, 2):
+            assert after["src_context"] != before["src_context"]
+    assert shuffled[5]["src_context"] == examples[5]["src_context"]  # alone in its size: its own

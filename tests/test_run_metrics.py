@@ -16,7 +16,7 @@ import torch
 
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.training import run as train
-from lightning_docmt.evaluation.contrastive import evaluate_suite
+from lightning_docmt.evaluation.contrastive import evaluate_suite, with_random_contexts
 from lightning_docmt.data import synthetic
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.translate import load_checkpoint
@@ -56,9 +56,12 @@ def test_single_suite_metrics_are_the_contrastive_command_figures(fitted):
                               synthetic.contrastive_suite(NAME))
     contrastive = {k: v for k, v in fitted["metrics"].items() if k.startswith("contrastive/")}
     assert expected["by_phenomenon"]  # the comparison below covers every phenomenon
+    shuffled = evaluate_suite(load_checkpoint(fitted["record"]["checkpoint"]),
+                              with_random_contexts(synthetic.contrastive_suite(NAME)))
     assert contrastive == {"contrastive/accuracy": expected["accuracy"],
                            **{f"contrastive/{name}": part["accuracy"]
-                              for name, part in expected["by_phenomenon"].items()}}
+                              for name, part in expected["by_phenomenon"].items()},
+                           "contrastive/random_ctx/accuracy": shuffled["accuracy"]}
 
 
 def test_train_speed_is_the_logged_target_tokens_over_the_training_seconds(fitted):

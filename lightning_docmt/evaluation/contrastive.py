@@ -11,7 +11,8 @@ training so that a bad entry fails early): each entry is a suite file in the gen
 `corpus`, the suite that comes with the corpus of the test split (`data.test`, else `data.corpus`;
 the synthetic generator makes one). Metric names (`suite_metrics`): with one suite
 `contrastive/accuracy` and `contrastive/<phenomenon>`; with several, each suite's are prefixed with
-its name (the file's stem, or `corpus`): `contrastive/<name>/accuracy`, `contrastive/<name>/<phenomenon>`.
+its name (the file's stem, or `corpus`): `contrastive/<name>/accuracy`, `contrastive/<name>/<phenomenon>`; each suite also gets
+`.../random_ctx/accuracy`, its accuracy when every example reads another example's context.
 """
 
 from __future__ import annotations
@@ -105,8 +106,32 @@ def configured_suites(cfg: DictConfig) -> dict[str, list[dict]]:
     return suites
 
 
+RANDOM_CONTEXT_SEED = 1
+
+
+def with_random_contexts(examples: Sequence[dict], seed: int = RANDOM_CONTEXT_SEED) -> list[dict]:
+    """The examples with their contexts exchanged: each takes the `src_context` and `tgt_context` of
+    another example with as many sentences on each side (a seeded random derangement within each
+    group of equal sizes), so that only the context's relevance changes. An example alone in its
+    group, or without context, keeps its own."""
+    rng = np.random.default_rng(seed)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, ex in enumerate(examples):
+        groups.setdefault((len(ex["src_context"]), len(ex["tgt_context"])), []).append(i)
+    donor = list(range(len(examples)))
+    for members in groups.values():
+        if len(members) > 1:
+            shift = rng.permutation(len(members))  # a random cycle through the group: no fixed point
+            for k in range(len(members)):
+                donor[members[shift[k]]] = members[shift[(k + 1) % len(members)]]
+    return [{**ex, "src_context": examples[d]["src_context"], "tgt_context": examples[d]["tgt_context"]}
+            for ex, d in zip(examples, donor)]
+
+
 def suite_metrics(model: LoadedModel, suites: dict[str, list[dict]]) -> dict[str, float]:
-    """Accuracy overall and per phenomenon of every suite, under the names of the module docstring."""
+    """Accuracy overall and per phenomenon of every suite, under the names of the module docstring,
+    and `random_ctx/accuracy`: the accuracy with every example's context exchanged for another
+    example's (`with_random_contexts`), the contrastive side of the random-context control."""
     scores: dict[str, float] = {}
     for name, examples in suites.items():
         prefix = "contrastive/" if len(suites) == 1 else f"contrastive/{name}/"
@@ -114,4 +139,5 @@ def suite_metrics(model: LoadedModel, suites: dict[str, list[dict]]) -> dict[str
         scores[f"{prefix}accuracy"] = result["accuracy"]
         scores.update({f"{prefix}{phenomenon}": part["accuracy"]
                        for phenomenon, part in result["by_phenomenon"].items()})
+        scores[f"{prefix}random_ctx/accuracy"] = evaluate_suite(model, with_random_contexts(examples))["accuracy"]
     return scores
