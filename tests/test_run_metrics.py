@@ -90,7 +90,8 @@ def test_several_suites_are_named_by_their_stem(fitted, root):
     cfg = compose(root, f"eval.contrastive=[corpus,'{other}']")
     scores = train.test_checkpoint(cfg, Path(fitted["record"]["checkpoint"]), root / "several")
     names = sorted(k for k in scores if k.endswith("/accuracy"))
-    assert names == ["contrastive/corpus/accuracy", "contrastive/other/accuracy"]
+    assert names == ["contrastive/corpus/accuracy", "contrastive/corpus/random_ctx/accuracy",
+                     "contrastive/other/accuracy", "contrastive/other/random_ctx/accuracy"]
     assert scores["contrastive/corpus/accuracy"] == fitted["metrics"]["contrastive/accuracy"]
     assert "contrastive/other/sense" in scores
 
