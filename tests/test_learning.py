@@ -75,7 +75,12 @@ SETTINGS = [
     "train.val_every_steps=100000", "eval.valid_bleu=false", "decode.beam=1",
     "eval.contrastive=[corpus]", "eval.context_usage=true", f"train.seed={SEED}",
 ]
-MIN_CXMI = 0.01  # nats per target token: a model that uses its context; a blind one gets exactly 0
+# Nats per target token: a model that uses its context; a blind one gets exactly 0. Measured, seed 1
+# (a 13-core-minute run on an AMD EPYC): concat cxmi 0.378 / random_ctx/cxmi 0.085; Zhang two-step
+# 0.0128 / 0.034 (its gate makes an empty context cheap, another document's costs more); contrastive
+# accuracy with another example's context 51.4% and 52.3% (100% with their own); random-context
+# BLEU -2.72 and -2.56.
+MIN_CXMI = 0.005
 SENT_STAGE = "sent: {arch: transformer}"
 
 
