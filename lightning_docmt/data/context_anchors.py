@@ -26,6 +26,9 @@ import numpy as np
 
 from lightning_docmt.data.windows import neighbours
 
+RANDOM_CONTEXT_SEED = 1  # the one draw of the random-context control (test split, suites), the
+# same for every model of a table
+
 
 @dataclass(frozen=True)
 class ContextAnchors:

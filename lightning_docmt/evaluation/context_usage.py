@@ -37,15 +37,12 @@ import torch
 from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.data.cache import BinarizedSplit
 from lightning_docmt.data.collate import collate, row_lengths
-from lightning_docmt.data.context_anchors import (ContextAnchors, no_context, own_context,
-                                                  random_context)
+from lightning_docmt.data.context_anchors import (RANDOM_CONTEXT_SEED, ContextAnchors, no_context,
+                                                  own_context, random_context)
 from lightning_docmt.evaluation import metrics
 from lightning_docmt.data.sampler import TokenBudgetBatchSampler
 from lightning_docmt.evaluation.scoring import token_log_probs
 from lightning_docmt.inference.translate import LoadedModel, batches, check_sentence_by_sentence
-
-RANDOM_CONTEXT_SEED = 1  # the draw of `random_context`, the same for every model of a table
-
 
 @dataclass(frozen=True)
 class SentenceLogProbs:

@@ -26,6 +26,7 @@ import torch
 from omegaconf import DictConfig
 
 from lightning_docmt.evaluation import metrics
+from lightning_docmt.data.context_anchors import RANDOM_CONTEXT_SEED
 from lightning_docmt.data.contrastive import read_suite
 from lightning_docmt.data.corpora import corpus_suite
 from lightning_docmt.data.splits import split_sources
@@ -104,9 +105,6 @@ def configured_suites(cfg: DictConfig) -> dict[str, list[dict]]:
                                   key=KEY)
         suites[name] = examples
     return suites
-
-
-RANDOM_CONTEXT_SEED = 1
 
 
 def with_random_contexts(examples: Sequence[dict], seed: int = RANDOM_CONTEXT_SEED) -> list[dict]:

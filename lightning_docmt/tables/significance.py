@@ -20,15 +20,10 @@ from lightning_docmt.data.languages import bleu_tokenizer
 from lightning_docmt.evaluation.significance import paired_test, significance_mark
 from lightning_docmt.tables.report import RowSummary, RunRecord
 
-TESTED_METRIC = "test/bleu"
-
-
 @dataclass(frozen=True)
 class RowSignificance:
-    seeds: tuple[int, ...]
-    p_values: tuple[float, ...]
+    p_values: tuple[float, ...]  # per common finished seed
     deltas: tuple[float, ...]  # row - baseline BLEU, per seed
-    signature: str
 
     @property
     def mark(self) -> str:
@@ -39,15 +34,15 @@ def _lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
-def paired_against(baseline: RunRecord, record: RunRecord) -> tuple[float, float, str]:
-    """(p-value, BLEU delta, signature) of `record`'s test hypotheses against `baseline`'s."""
+def paired_against(baseline: RunRecord, record: RunRecord) -> tuple[float, float]:
+    """(p-value, BLEU delta) of `record`'s test hypotheses against `baseline`'s."""
     cfg = OmegaConf.load(record.run_dir / "config.yaml")
     refs = _lines(record.run_dir / "test.ref.txt")
     if _lines(baseline.run_dir / "test.ref.txt") != refs:
         raise ValueError(f"{record.run_dir} and {baseline.run_dir} were tested on different references")
     result = paired_test(_lines(baseline.run_dir / "test.hyp.txt"), _lines(record.run_dir / "test.hyp.txt"),
                          refs, tokenize=bleu_tokenizer(cfg.eval, cfg.data), lowercase=cfg.eval.lowercase)
-    return result.p_value, result.delta, result.signature
+    return result.p_value, result.delta
 
 
 def row_significance(summaries: Sequence[RowSummary], baseline: str) -> dict[str, RowSignificance]:
@@ -57,11 +52,9 @@ def row_significance(summaries: Sequence[RowSummary], baseline: str) -> dict[str
     for summary in summaries:
         if summary.row.name == baseline:
             continue
-        pairs = [(r.seed, base[r.seed], r) for r in summary.records if r.succeeded and r.seed in base]
-        if not pairs:
-            continue
-        tests = [paired_against(b, r) for _, b, r in pairs]
-        out[summary.row.name] = RowSignificance(tuple(seed for seed, _, _ in pairs),
-                                                tuple(t[0] for t in tests), tuple(t[1] for t in tests),
-                                                tests[0][2])
+        tests = [paired_against(base[r.seed], r) for r in summary.records
+                 if r.succeeded and r.seed in base]
+        if tests:
+            p_values, deltas = zip(*tests)
+            out[summary.row.name] = RowSignificance(p_values, deltas)
     return out
