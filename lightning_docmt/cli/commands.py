@@ -47,7 +47,7 @@ def fit_command(args: argparse.Namespace) -> int:
     from lightning_docmt.tables import runner as tables
     from lightning_docmt.distributed import is_global_zero
     from lightning_docmt.tables.spec import compose_file, load_table
-    from lightning_docmt.training.run import fit_run, run_metrics
+    from lightning_docmt.training.run import fit_run
 
     if args.resume is not None:
         return _resume_fit(args)
@@ -63,7 +63,7 @@ def fit_command(args: argparse.Namespace) -> int:
     table = load_table(Path(args.config))
     run_dir = tables.run_dir_for(args.results, table.id, args.row, cfg.train.seed)
     tables.check_reusable(cfg, run_dir)  # the overrides may make it another config than the finished run's
-    record = tables.execute_run(cfg, run_dir, run_metrics, row=args.row, seed=cfg.train.seed)
+    record = tables.execute_run(cfg, run_dir, _row_runner(table), row=args.row, seed=cfg.train.seed)
     if record.error:
         raise DocMTInputError(f"row '{args.row}' failed: {record.error} (log: {record.log_path})")
     if is_global_zero():
@@ -128,13 +128,20 @@ def average_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _row_runner(table):
+    """What trains and scores one row: train + test, or train + valid for a selection table."""
+    from lightning_docmt.training.run import run_metrics, run_validation_metrics
+
+    return run_validation_metrics if table.evaluate == "valid" else run_metrics
+
+
 def table_command(args: argparse.Namespace) -> int:
     from lightning_docmt.tables import runner as tables
-    from lightning_docmt.training.run import run_metrics
+    from lightning_docmt.tables.spec import load_table
 
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
     outcome = tables.run_table(Path(args.table), rows=args.rows, seeds=seeds, profile=args.profile,
-                               cli_overrides=_overrides(args), run_row=run_metrics,
+                               cli_overrides=_overrides(args), run_row=_row_runner(load_table(args.table)),
                                results_dir=Path(args.results), dry_run=args.dry_run)
     if args.dry_run:
         print("\n".join(outcome.commands))

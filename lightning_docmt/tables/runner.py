@@ -110,6 +110,9 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
     out_dir.mkdir(parents=True, exist_ok=True)
     summaries = summarize(table, collect_records(table, results_dir, seed_list))
     context = f"Profile: {profile or _common_profile(plan) or 'none'}. {_case_setting(plan)}"
+    if table.evaluate == "valid":
+        context += (" Selection table: every score is on the valid split (greedy unless "
+                    "eval.valid_beam says otherwise); the test split was never decoded.")
     tested = row_significance(summaries, table.baseline) if table.baseline else {}
     marks = {row: (t.mark, t.p_values) for row, t in tested.items()}
     outputs = {"md": write_markdown(table, summaries, out_dir / "table.md", context=context,

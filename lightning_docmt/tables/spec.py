@@ -7,6 +7,9 @@
     seeds: [1, 2, 3]                      # optional; else the run config's train.seed
     baseline: none                        # optional: the row whose test BLEU every other row is
                                           # tested against, per seed (tables/significance.py)
+    evaluate: test                        # optional: `valid` for a selection table (a sweep): the
+                                          # rows are trained and scored on valid only, the test
+                                          # split is never decoded; its metrics are `val/...`
     notes: free text                      # optional
     rows:
       - {name: none, overrides: [model.context_attn.encoder=false], paper: {test/bleu: 45.97}}
@@ -30,7 +33,8 @@ from lightning_docmt.config.composition import Layer, compose, compose_layers, o
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.yaml_file import YamlFile
 
-TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "baseline", "notes")
+TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "baseline", "evaluate", "notes")
+EVALUATED_SPLITS = ("test", "valid")
 ROW_KEYS = ("name", "overrides", "paper", "notes")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # used as a folder name
 
@@ -55,6 +59,7 @@ class Table:
     seeds: tuple[int, ...] | None
     notes: str
     baseline: str | None = None
+    evaluate: str = "test"  # "valid": a selection table, scored on valid, test never decoded
 
     @property
     def path(self) -> Path:
@@ -136,8 +141,19 @@ def load_table(path: str | Path) -> Table:
     if baseline is not None and baseline not in seen:
         raise fail(f"'baseline' must name a row ({', '.join(r.name for r in rows)}), got "
                    f"{baseline!r}", "baseline")
+    evaluate = data.get("evaluate", "test")
+    if evaluate not in EVALUATED_SPLITS:
+        raise fail(f"'evaluate' must be one of {', '.join(EVALUATED_SPLITS)}, got {evaluate!r}", "evaluate")
+    if evaluate == "valid":
+        not_valid = [m for m in metrics if not m.startswith("val/")]
+        if not_valid:  # a selection table must not show anything measured on test
+            raise fail(f"'evaluate: valid' scores on the valid split only: metric '{not_valid[0]}' "
+                       "is not a val/ metric", "metrics")
+        if baseline is not None:
+            raise fail("'baseline' tests test BLEU: a table with 'evaluate: valid' has none", "baseline")
     return Table(file=file, id=table_id, title=data["title"], metrics=tuple(metrics),
-                 base=tuple(base), rows=rows, seeds=seeds, notes=notes, baseline=baseline)
+                 base=tuple(base), rows=rows, seeds=seeds, notes=notes, baseline=baseline,
+                 evaluate=evaluate)
 
 
 def compose_row(table: Table | str | Path, row_name: str, profile: str | None = None,

@@ -18,6 +18,7 @@ global rank zero writes the run's records (`config.yaml`, `run.json`, `metrics.j
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import os
@@ -207,6 +208,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         info = {"global_step": final["global_step"], "trained_steps": trainer.global_step,
                 "best": str(best), "stage": name, "seconds": round(time.time() - started, 1),
                 "best_score": _scalar(best_score),
+                "validation": validation_curve(stage_dir, monitor_metric(scfg)[0]),
                 "update": {**dataclasses.asdict(size), "budget_tokens": size.budget}}
         done.write_text(json.dumps(info, indent=1) + "\n")
     trainer.strategy.barrier()
@@ -232,6 +234,18 @@ def check_stages(cfg: DictConfig) -> None:
         policy.check(names)
         check_training_hooks(model_class, model_class.optimizer_phases(typed), scfg, name, names)
         update_size(scfg, world_size=1)  # conflicting settings; the world size is checked at build
+
+
+def validation_curve(stage_dir: Path, metric: str) -> list[list[float]]:
+    """`[[updates, value], ...]`: every validation score `metric` of a stage and the number of
+    updates done when it was taken, from the stage's CSV log (Lightning logs a validation at the
+    0-based index of the last update, hence the + 1). Kept in the stage's `done.json`, so that a
+    reused stage still has its curve."""
+    path = stage_dir / "metrics.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return [[int(row["step"]) + 1, float(row[metric])] for row in csv.DictReader(f) if row.get(metric)]
 
 
 def _scalar(x: Any) -> float | None:
@@ -271,6 +285,26 @@ def run_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     """The table runner's `run_row`: train and test one row into `run_dir` (continuing what an
     interrupted run of the same row left there), return its metrics."""
     return fit_and_test(cfg, run_dir, resume=True)[1]
+
+
+def run_validation_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
+    """The table runner's `run_row` for a selection table (`evaluate: valid`): train every stage
+    into `run_dir` and return the final stage's validation scores, never touching the test split:
+    `val/bleu` (or `val/loss`: the monitored metric) of the checkpoint the stage hands on, and
+    `<metric>@<step>` for every validation of the stage."""
+    check_stages(cfg)
+    run_dir = Path(run_dir)
+    if is_global_zero():
+        config_lib.save_config(cfg, run_dir)
+    results: dict[str, StageResult] = {}
+    for name in cfg.train.schedule:
+        results[name] = run_stage(cfg, name, run_dir, results, resume=True)
+    final = results[cfg.train.schedule[-1]]
+    info = json.loads((final.checkpoint.parent / "done.json").read_text())
+    metric = monitor_metric(stage_config(cfg, final.name))[0]
+    scores: dict[str, float] = {metric: info["best_score"]}
+    scores.update({f"{metric}@{step}": value for step, value in info.get("validation", [])})
+    return scores
 
 
 def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = False
