@@ -18,13 +18,16 @@ from lightning_docmt.config import composition as config_lib
 from lightning_docmt.training import run as train
 from lightning_docmt.evaluation.contrastive import evaluate_suite, with_random_contexts
 from lightning_docmt.data import synthetic
+from lightning_docmt.data.contrastive import chance_rates
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.translate import load_checkpoint
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, TRAIN_SPEED_METRIC
+from tests.cli_run import docmt
 from tests.run_env import single_process_run_env
 
 NAME = "tiny?docs=20&test_docs=5"
+SUITES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "contrastive"
 STEPS = 10
 
 
@@ -61,7 +64,9 @@ def test_single_suite_metrics_are_the_contrastive_command_figures(fitted):
     assert contrastive == {"contrastive/accuracy": expected["accuracy"],
                            **{f"contrastive/{name}": part["accuracy"]
                               for name, part in expected["by_phenomenon"].items()},
-                           "contrastive/random_ctx/accuracy": shuffled["accuracy"]}
+                           "contrastive/random_ctx/accuracy": shuffled["accuracy"],
+                           **{f"contrastive/{k}": v
+                              for k, v in chance_rates(synthetic.contrastive_suite(NAME)).items()}}
 
 
 def test_train_speed_is_the_logged_target_tokens_over_the_training_seconds(fitted):
@@ -96,6 +101,23 @@ def test_several_suites_are_named_by_their_stem(fitted, root):
     assert "contrastive/other/sense" in scores
 
 
+def test_a_published_suite_by_name_is_scored_beside_its_chance_rates(fitted, root):
+    cfg = compose(root, "eval.contrastive=[corpus,discevalmt]", f"eval.suites_dir={SUITES}")
+    scores = train.test_checkpoint(cfg, Path(fitted["record"]["checkpoint"]), root / "named")
+    named = {k: v for k, v in scores.items() if k.startswith("contrastive/discevalmt/")}
+    assert set(named) == {f"contrastive/discevalmt/{k}" for k in (
+        "accuracy", "anaphora", "lexical_choice", "random_ctx/accuracy", "chance", "majority")}
+    assert named["contrastive/discevalmt/chance"] == named["contrastive/discevalmt/majority"] == 0.5
+    assert scores["contrastive/corpus/accuracy"] == fitted["metrics"]["contrastive/accuracy"]
+
+
+def test_the_contrastive_command_prints_the_rates_beside_the_accuracy(fitted):
+    outcome = docmt("contrastive", "--ckpt", fitted["record"]["checkpoint"], "--suite", "discevalmt",
+                    "--suites-dir", SUITES)
+    assert outcome.code == 0, outcome.err
+    assert "on 400 examples (chance 0.5000, majority 0.5000; with another example's context" in outcome.out
+
+
 def test_decode_speed_is_test_sentences_over_beam_search_seconds(fitted, root, monkeypatch):
     delay = 0.05  # seconds per sentence added to beam search: at most 1 / delay sentences per s
     translate = DocMTModule.translate_batch
@@ -128,9 +150,20 @@ def _same_name_twice(root: Path) -> str:
     return f"eval.contrastive=['{root / 'a' / 'suite.jsonl'}','{root / 'b' / 'suite.jsonl'}']"
 
 
+def _named_without_folder(root: Path) -> str:
+    return "eval.contrastive=[scat]"
+
+
+def _named_in_another_pair(root: Path) -> str:
+    return f"eval.contrastive=[contrapro] eval.suites_dir={SUITES} data.tgt_lang=fr"
+
+
 @pytest.mark.parametrize("case, match", [(_missing_file, "missing.jsonl"),
                                          (_corpus_without_suite, "jsonl:"),
-                                         (_same_name_twice, "two suites named 'suite'")])
+                                         (_same_name_twice, "two suites named 'suite'"),
+                                         (_named_without_folder, "set eval.suites_dir"),
+                                         (_named_in_another_pair, "'contrapro' is en-de: its target "
+                                                                  "language is 'de', the run's is 'fr'")])
 def test_a_bad_suite_entry_fails_before_training(case, match, tmp_path):
     cfg = compose(tmp_path, *case(tmp_path).split(" "))
     with pytest.raises(DocMTInputError, match=match) as err:

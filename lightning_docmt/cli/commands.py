@@ -175,17 +175,30 @@ def translate_command(args: argparse.Namespace) -> int:
 
 
 def contrastive_command(args: argparse.Namespace) -> int:
-    from lightning_docmt.evaluation.contrastive import evaluate_suite
-    from lightning_docmt.data.contrastive import read_suite
+    """Accuracy of a checkpoint on a suite file or a published suite by name, beside the suite's
+    chance and majority rates and the accuracy with every example reading another's context."""
+    from lightning_docmt.data.contrastive import chance_rates, read_suite
+    from lightning_docmt.data.languages import data_languages
+    from lightning_docmt.evaluation.contrastive import evaluate_suite, with_random_contexts
+    from lightning_docmt.evaluation.named_suites import load_named_suite, named_suite
     from lightning_docmt.inference.device import inference_device
     from lightning_docmt.inference.translate import load_checkpoint
 
-    result = evaluate_suite(load_checkpoint(args.ckpt, inference_device(args.device)),
-                            read_suite(args.suite))
+    model = load_checkpoint(args.ckpt, inference_device(args.device))
+    if named_suite(args.suite) is not None:
+        _, examples = load_named_suite(args.suite, args.suites_dir, data_languages(model.cfg.data),
+                                       key="--suite")
+    else:
+        examples = read_suite(args.suite)
+    result = evaluate_suite(model, examples)
+    result["random_ctx_accuracy"] = evaluate_suite(model, with_random_contexts(examples))["accuracy"]
+    result.update(chance_rates(examples))
     if args.json:
         print_json(result)
     else:
-        print(f"accuracy {result['accuracy']:.4f} on {result['n']} examples")
+        print(f"accuracy {result['accuracy']:.4f} on {result['n']} examples (chance "
+              f"{result['chance']:.4f}, majority {result['majority']:.4f}; with another example's "
+              f"context {result['random_ctx_accuracy']:.4f})")
         for name, part in sorted(result["by_phenomenon"].items()):
             print(f"  {name:>16}: {part['accuracy']:.4f} ({part['n']})")
     return 0

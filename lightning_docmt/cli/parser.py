@@ -48,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("contrastive", help="contrastive accuracy of a checkpoint on a suite")
     p.add_argument("--ckpt", required=True)
-    p.add_argument("--suite", required=True)
+    p.add_argument("--suite", required=True, help="a suite file (JSONL), or a published suite: "
+                   "contrapro|discevalmt|scat (in --suites-dir) or NAME:DIR")
+    p.add_argument("--suites-dir", help="the folder holding the published suites' folders")
     p.add_argument("--json", action="store_true")
     p.add_argument("--device", help=DEVICE_HELP)
 

@@ -195,6 +195,7 @@ class EvalConfig:
     valid_bleu: bool = True
     valid_beam: int = 1  # greedy validation BLEU by default (cheap); test uses decode.beam
     contrastive: list[str] = field(default_factory=list)  # contrastive suites evaluated at test
+    suites_dir: Optional[str] = None  # holds the published suites' folders (evaluation/named_suites.py)
     context_usage: bool = True  # CXMI and the random-context control on the test split
     # (evaluation/context_usage.py)
 

@@ -315,3 +315,36 @@ def context_free_ceiling(examples: list[dict], reference: list[dict] | None = No
     every = [v for values in credit.values() for v in values]
     result["overall"] = sum(every) / len(every) if every else 0.0
     return result
+
+
+# --- Chance and majority rates -----------------------------------------------------------------
+
+
+def _distinguishing_words(candidates: list[str]) -> list[frozenset[str]]:
+    """For each candidate, the (lowercased) words it holds more often than some other candidate: a
+    bag-of-words difference, so that variants re-tokenised around the swapped word (ContraPro) still
+    reduce to the word itself (`sie` vs `er`)."""
+    bags = [Counter(_WORD.findall(c.lower())) for c in candidates]
+    return [frozenset(w for w, n in bag.items() if any(n > other[w] for j, other in enumerate(bags) if j != i))
+            for i, bag in enumerate(bags)]
+
+
+def chance_rates(examples: list[dict]) -> dict[str, float]:
+    """What an accuracy on `examples` must be compared with, whatever the model:
+
+    - `chance`: the expected accuracy of a uniform random choice (mean of 1/#candidates);
+    - `majority`: the accuracy of the best context-free preference rule that ignores the sentence
+      too: always choose the candidate whose distinguishing words (`il`, `sie`, ...) are most often
+      the correct ones over the whole suite (ties between k candidates score 1/k). On a suite
+      balanced by design (DiscEvalMT) it equals chance; on ContraPro it is the share of `es`.
+    """
+    answers = [_distinguishing_words(ex["candidates"]) for ex in examples]
+    correct = Counter(a[ex["label"]] for a, ex in zip(answers, examples))
+    credit = []
+    for a, ex in zip(answers, examples):
+        counts = [correct[answer] for answer in a]
+        tied = [j for j, n in enumerate(counts) if n == max(counts)]
+        credit.append(1 / len(tied) if ex["label"] in tied else 0.0)
+    n = max(len(examples), 1)
+    return {"chance": sum(1 / len(ex["candidates"]) for ex in examples) / n,
+            "majority": sum(credit) / n}

@@ -7,12 +7,14 @@ collation code used in training. The score of a candidate is the summed log-prob
 tokens (plus `<eos>`) given the source and the context.
 
 Suites of a run (`eval.contrastive`, evaluated after testing; `configured_suites` reads them before
-training so that a bad entry fails early): each entry is a suite file in the generic format, or
+training so that a bad entry fails early): each entry is a suite file in the generic format,
 `corpus`, the suite that comes with the corpus of the test split (`data.test`, else `data.corpus`;
-the synthetic generator makes one). Metric names (`suite_metrics`): with one suite
+the synthetic generator makes one), or a published suite by name (`contrapro`, `discevalmt`,
+`scat`; `named_suites.py`), whose metric name is that name. Metric names (`suite_metrics`): with one suite
 `contrastive/accuracy` and `contrastive/<phenomenon>`; with several, each suite's are prefixed with
 its name (the file's stem, or `corpus`): `contrastive/<name>/accuracy`, `contrastive/<name>/<phenomenon>`; each suite also gets
-`.../random_ctx/accuracy`, its accuracy when every example reads another example's context.
+`.../random_ctx/accuracy`, its accuracy when every example reads another example's context, and
+`.../chance` and `.../majority`, what a model that ignores the context and the sentence gets.
 """
 
 from __future__ import annotations
@@ -27,13 +29,15 @@ from omegaconf import DictConfig
 
 from lightning_docmt.evaluation import metrics
 from lightning_docmt.data.context_anchors import RANDOM_CONTEXT_SEED
-from lightning_docmt.data.contrastive import read_suite
+from lightning_docmt.data.contrastive import chance_rates, read_suite
+from lightning_docmt.data.languages import data_languages
 from lightning_docmt.data.corpora import corpus_suite
 from lightning_docmt.data.splits import split_sources
 from lightning_docmt.data.types import Document
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.translate import (LoadedModel, batches, binarize_documents,
                                                   check_sentence_by_sentence)
+from lightning_docmt.evaluation.named_suites import NAMED_SUITES, load_named_suite, named_suite
 from lightning_docmt.evaluation.scoring import sequence_log_probs
 
 
@@ -94,11 +98,14 @@ def configured_suites(cfg: DictConfig) -> dict[str, list[dict]]:
                 raise DocMTInputError(f"'{CORPUS_SUITE}': the test corpus '{spec}' has no "
                                       "contrastive suite of its own; give a suite file", key=KEY)
             name = CORPUS_SUITE
+        elif named_suite(entry) is not None:
+            name, examples = load_named_suite(entry, cfg.eval.suites_dir, data_languages(cfg.data))
         else:
             path = Path(entry)
             if not path.is_file():
                 raise DocMTInputError(f"no such contrastive suite file '{entry}' (or use "
-                                      f"'{CORPUS_SUITE}' for the test corpus' own suite)", key=KEY)
+                                      f"'{CORPUS_SUITE}' for the test corpus' own suite, or one of "
+                                      f"{', '.join(NAMED_SUITES)})", key=KEY)
             examples, name = read_suite(path), path.stem
         if name in suites:
             raise DocMTInputError(f"two suites named '{name}' (metric names use the file stem)",
@@ -127,9 +134,10 @@ def with_random_contexts(examples: Sequence[dict], seed: int = RANDOM_CONTEXT_SE
 
 
 def suite_metrics(model: LoadedModel, suites: dict[str, list[dict]]) -> dict[str, float]:
-    """Accuracy overall and per phenomenon of every suite, under the names of the module docstring,
-    and `random_ctx/accuracy`: the accuracy with every example's context exchanged for another
-    example's (`with_random_contexts`), the contrastive side of the random-context control."""
+    """Accuracy overall and per phenomenon of every suite, under the names of the module docstring;
+    `random_ctx/accuracy`: the accuracy with every example's context exchanged for another
+    example's (`with_random_contexts`), the contrastive side of the random-context control; and the
+    suite's `chance` and `majority` rates (`data.contrastive.chance_rates`), to read beside them."""
     scores: dict[str, float] = {}
     for name, examples in suites.items():
         prefix = "contrastive/" if len(suites) == 1 else f"contrastive/{name}/"
@@ -138,4 +146,5 @@ def suite_metrics(model: LoadedModel, suites: dict[str, list[dict]]) -> dict[str
         scores.update({f"{prefix}{phenomenon}": part["accuracy"]
                        for phenomenon, part in result["by_phenomenon"].items()})
         scores[f"{prefix}random_ctx/accuracy"] = evaluate_suite(model, with_random_contexts(examples))["accuracy"]
+        scores.update({f"{prefix}{k}": v for k, v in chance_rates(examples).items()})
     return scores

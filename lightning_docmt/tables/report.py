@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from lightning_docmt.tables import contrastive_columns
 from lightning_docmt.tables.spec import Table, TableRow
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,9 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
                          if isinstance(value, str) and key.endswith("signature")})
     if signatures:
         lines += ["", "Signatures:", ""] + [f"- `{s}`" for s in signatures]
+    rates = contrastive_columns.footnote(table.metrics, [r.metrics for s in summaries for r in s.records])
+    if rates:
+        lines += ["", "Contrastive suites (accuracies are fractions):", ""] + rates
     notes = [f"- `{s.row.name}`: {s.row.notes}" for s in summaries if s.row.notes]
     if table.notes or notes:
         lines += ["", "Notes:", ""] + ([table.notes.strip(), ""] if table.notes else []) + notes
@@ -245,7 +249,7 @@ def _safely(what: str, call: Callable[[], Any]) -> tuple[bool, Any]:
 
 def _finished_values(records: Sequence[RunRecord], metric: str) -> tuple[float, ...]:
     """The finite numeric values of `metric` over the finished runs."""
-    values = (r.metrics.get(metric) for r in records if r.succeeded)
+    values = (contrastive_columns.column_value(r.metrics, metric) for r in records if r.succeeded)
     return tuple(float(v) for v in values if isinstance(v, (int, float))
                  and not isinstance(v, bool) and math.isfinite(v))
 

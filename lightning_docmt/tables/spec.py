@@ -2,7 +2,8 @@
 
     id: zhang2018.t8                      # also the results folder and the wandb group
     title: Effect of context integration (Zhang et al. 2018, Table 8)
-    metrics: [test/bleu]                  # the columns; keys of what a run returns
+    metrics: [test/bleu]                  # the columns; keys of what a run returns, or
+                                          # contrastive:<suite>[:<key>] (tables/contrastive_columns.py)
     base: [model.arch=zhang_doc, data.corpus=bible:en-fr]     # overrides shared by every row
     seeds: [1, 2, 3]                      # optional; else the run config's train.seed
     baseline: none                        # optional: the row whose test BLEU every other row is
@@ -32,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_docmt.config.composition import Layer, compose, compose_layers, override_layers
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.yaml_file import YamlFile
+from lightning_docmt.tables import contrastive_columns
 
 TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "baseline", "evaluate", "notes")
 EVALUATED_SPLITS = ("test", "valid")
@@ -115,6 +117,10 @@ def load_table(path: str | Path) -> Table:
     metrics = _string_list(data["metrics"])
     if not metrics or len(set(metrics)) != len(metrics):
         raise fail("'metrics' must be a non-empty list of distinct metric names", "metrics")
+    for metric in metrics:
+        problem = contrastive_columns.check_column(metric)
+        if problem:
+            raise fail(problem, "metrics")
     base = _string_list(data.get("base", []))
     if base is None:
         raise fail("'base' must be a list of key=value strings", "base")
@@ -179,6 +185,7 @@ def compose_row(table: Table | str | Path, row_name: str, profile: str | None = 
         layers.append(Layer(source=f"seed {seed}", key="train.seed",
                             values=OmegaConf.create({"train": {"seed": seed}})))
     cfg = compose_layers(layers, profile=profile)
+    contrastive_columns.with_suites(cfg, table.metrics)  # the suites of contrastive:<suite> columns
     cfg.logging.tags = list(dict.fromkeys([*cfg.logging.tags, table.paper, table.id,
                                            cfg.model.arch]))
     return cfg

@@ -94,12 +94,12 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
 
 def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
     """Hash of everything that determines a stage's weights (worker counts, paths and the
-    contrastive suites evaluated after testing excluded): the config, the code (`provenance`: a
+    contrastive suites evaluated after testing, and where they are, excluded): the config, the code (`provenance`: a
     fix to the code never reuses a stage trained before it) and the precision and device the
     stage resolves to here (`auto` means bf16 on one machine and float32 on another)."""
     plain = OmegaConf.to_container(scfg, resolve=True)
     data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir")}
-    evaluation = {k: v for k, v in plain["eval"].items() if k != "contrastive"}
+    evaluation = {k: v for k, v in plain["eval"].items() if k not in ("contrastive", "suites_dir")}
     limits = {k: plain["train"][k] for k in ("max_steps", "max_epochs", "max_time_minutes", "accumulate",
                                                "tokens_per_update", "val_every_steps", "precision",
                                                "average")}
