@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Callable
 
-from lightning_docmt.cli import commands
+from lightning_docmt.cli import commands, demo
 from lightning_docmt.cli.parser import build_parser
 from lightning_docmt.distributed import agree_on_exit_status
 from lightning_docmt.errors import DocMTInputError
@@ -26,7 +26,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "contrastive": commands.contrastive_command,
     "average": commands.average_command,
     "table": commands.table_command,
-    "demo": commands.demo_command,
+    "demo": demo.demo_command,
     "bench": commands.bench_command,
 }
 

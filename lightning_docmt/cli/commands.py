@@ -204,36 +204,6 @@ def contrastive_command(args: argparse.Namespace) -> int:
     return 0
 
 
-DEMO_TABLE = shipped_dir("experiments") / "demo.yaml"
-# `--quick`: the same table in about 3 minutes: shorter training, greedy test decoding. The
-# document rows' `doc` stage is shortened too (the transformer row has none: the key is unused there).
-QUICK_OVERRIDES = ["train.max_steps=120", "train.stages.doc.max_steps=20", "decode.beam=1",
-                   "train.val_every_steps=100000"]
-
-
-def demo_command(args: argparse.Namespace) -> int:
-    """The demo table on `bible:en-fr` at the `cpu` profile; prints the table and where results are."""
-    import os
-    import time
-
-    from lightning_docmt.tables import runner as tables
-    from lightning_docmt.training.run import run_metrics
-
-    started = time.monotonic()
-    results = Path("results-quick" if args.quick else "results")
-    outcome = tables.run_table(DEMO_TABLE, profile="cpu", results_dir=results,
-                               cli_overrides=QUICK_OVERRIDES if args.quick else [],
-                               run_row=run_metrics)
-    print(Path(outcome.outputs["md"]).read_text())
-    print(f"results: {', '.join(str(p) for p in outcome.outputs.values())}")
-    print(f"runs:    {', '.join(str(r.run_dir) for r in outcome.records)}")
-    mode = os.environ.get("WANDB_MODE", "offline")
-    print(f"wandb:   mode={mode}; offline runs are under each run dir's wandb/ "
-          f"(upload later with `wandb sync <dir>`)")
-    print(f"wall time: {time.monotonic() - started:.0f} s")
-    return 1 if any(r.error for r in outcome.records) else 0
-
-
 BENCHMARKS = shipped_dir("benchmarks")
 # `docmt bench --only NAME`: the benchmark scripts of `benchmarks/` (each prints its figures and ratios).
 BENCHMARK_NAMES = ("data_scale", "training_step", "zhang_efficiency")

@@ -67,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--results", default="results")
 
-    p = sub.add_parser("demo", help="the demo table on the Bible corpus at the cpu profile")
-    p.add_argument("--quick", action="store_true")
+    p = sub.add_parser("demo", help="the demo table on the Bible corpus at the cpu profile, on a "
+                                     "15-minute budget (lightning_docmt/cli/demo.py)")
+    p.add_argument("--quick", action="store_true", help="a 3-minute smoke run: untrained models")
 
     p = sub.add_parser("bench", help="benchmarks; print measured ratios")
     p.add_argument("--only", help="comma-separated benchmarks (data_scale, training_step, zhang_efficiency); "

@@ -80,12 +80,15 @@ def run_dir_for(results_dir: str | Path, table_id: str, row: str, seed: int) -> 
 def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
               seeds: Sequence[int] | None = None, profile: str | None = None,
               cli_overrides: Sequence[str] = (), run_row: RunRow | None = None,
-              results_dir: str | Path = "results", dry_run: bool = False) -> TableOutcome:
+              results_dir: str | Path = "results", dry_run: bool = False,
+              preface: str = "") -> TableOutcome:
     """Run the selected rows for each seed, skip finished runs, then write the table report.
 
     Seeds: `seeds`, else the table's `seeds:`, else each row's own `train.seed`. The report covers
     every row of the table with the runs found on disk for those seeds (all seeds found, when none
     are given), so tables filled by several calls (`--rows a`, then `--rows b`) come out whole.
+    `preface`: a sentence on how this run of the table differs from the table (`docmt demo`'s
+    budget), written into its report.
     """
     table = load_table(table_path)
     seed_list = list(seeds) if seeds else (list(table.seeds) if table.seeds else None)
@@ -110,6 +113,8 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
     out_dir.mkdir(parents=True, exist_ok=True)
     summaries = summarize(table, collect_records(table, results_dir, seed_list))
     context = f"Profile: {profile or _common_profile(plan) or 'none'}. {_case_setting(plan)}"
+    if preface:
+        context = f"{preface} {context}"
     if table.evaluate == "valid":
         context += (" Selection table: every score is on the valid split (greedy unless "
                     "eval.valid_beam says otherwise); the test split was never decoded.")
