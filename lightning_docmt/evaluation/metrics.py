@@ -6,7 +6,6 @@
   BLEU of Zhang et al. 2018 and Li & Feng 2019.
 - `doc_bleu`: document-level BLEU (d-BLEU): the sentences of each document joined with a space, then
   corpus BLEU over documents.
-- `paired_bootstrap`: paired bootstrap resampling (Koehn 2004) of corpus BLEU.
 - `contrastive_accuracy`: accuracy on contrastive suites (ContraPro, DiscEvalMT, SCAT), overall and per
   phenomenon.
 
@@ -19,7 +18,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
 from lightning_docmt.errors import DocMTInputError
@@ -85,33 +83,6 @@ def doc_bleu(hyps: Sequence[str], refs: References, doc_ids: Sequence[str], toke
     return Score(name="d-BLEU", score=score.score, signature=score.signature, counts=score.counts)
 
 
-def paired_bootstrap(sys_a: Sequence[str], sys_b: Sequence[str], refs: References, n: int = 1000,
-                     seed: int = 12345, tokenize: str = "13a", lowercase: bool = False) -> float:
-    """p-value that system A is *not* better than system B in corpus BLEU (Koehn 2004).
-
-    Draw `n` test sets of the same size with replacement (numpy `default_rng(seed)`, one
-    `integers(0, N, N)` draw per sample), score both systems on each from their summed sentence
-    statistics, and return the fraction of samples in which BLEU(A) <= BLEU(B) (ties count against
-    A). A is significantly better than B at level alpha when the result is below alpha.
-    """
-    if len(sys_a) != len(sys_b):
-        raise DocMTInputError(f"systems differ in length: {len(sys_a)} vs {len(sys_b)} sentences")
-    if n < 1:
-        raise DocMTInputError(f"the number of bootstrap samples must be positive, got {n}")
-    metric = _bleu_metric(tokenize, lowercase)
-    streams = _reference_streams(sys_a, refs)
-    stats_a = _sentence_statistics(metric, sys_a, streams)
-    stats_b = _sentence_statistics(metric, sys_b, streams)
-    rng = np.random.default_rng(seed)
-    size = len(sys_a)
-    not_better = 0
-    for _ in range(n):
-        weights = np.bincount(rng.integers(0, size, size), minlength=size)  # (N,) times drawn
-        not_better += _bleu_from_statistics(metric, weights @ stats_a) <= \
-            _bleu_from_statistics(metric, weights @ stats_b)
-    return not_better / n
-
-
 def contrastive_accuracy(scores: Sequence[Sequence[float]], labels: Sequence[int],
                          phenomena: Sequence[str] | None = None) -> dict[str, Any]:
     """Accuracy of picking the correct candidate by score (e.g. log-probability).
@@ -160,21 +131,3 @@ def _reference_streams(hyps: Sequence[str], refs: References) -> list[list[str]]
             raise DocMTInputError(f"{len(hyps)} hypotheses but a reference set of {len(stream)} "
                                   "entries (expected one string per hypothesis)")
     return streams
-
-
-def _sentence_statistics(metric: BLEU, hyps: Sequence[str], streams: list[list[str]]) -> np.ndarray:
-    """(N, 2 + 2 * max_ngram_order): sys_len, ref_len, correct n-grams, total n-grams per sentence."""
-    rows = []
-    for i, hyp in enumerate(hyps):
-        result = metric.corpus_score([hyp], [[stream[i]] for stream in streams])
-        rows.append([result.sys_len, result.ref_len, *result.counts, *result.totals])
-    return np.asarray(rows, dtype=np.int64)
-
-
-def _bleu_from_statistics(metric: BLEU, stats: np.ndarray) -> float:
-    order = metric.max_ngram_order
-    return BLEU.compute_bleu(correct=stats[2:2 + order].tolist(),
-                             total=stats[2 + order:2 + 2 * order].tolist(),
-                             sys_len=int(stats[0]), ref_len=int(stats[1]),
-                             smooth_method=metric.smooth_method, smooth_value=metric.smooth_value,
-                             effective_order=metric.effective_order, max_ngram_order=order).score

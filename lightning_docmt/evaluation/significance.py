@@ -53,8 +53,7 @@ def paired_test(baseline_hyps: Sequence[str], system_hyps: Sequence[str], refs: 
 
     - "bs", paired bootstrap resampling (Koehn 2004): draw test sets of the same size with
       replacement, score both systems on each. sacreBLEU's p-value is *not* the fraction of
-      resamples where the system fails to beat the baseline (Koehn's one-sided count, which the
-      hand-written `metrics.paired_bootstrap` returns); following Moses'
+      resamples where the system fails to beat the baseline (Koehn's one-sided count); following Moses'
       `bootstrap-hypothesis-difference-significance.pl`, it shifts the resampled absolute
       differences |d_i| to mean zero (the null hypothesis) and returns
       p = (#{i : |d_i| - mean_j |d_j| > |delta|} + 1) / (n_samples + 1).
