@@ -9,6 +9,8 @@ positive for a *trained* context model is checked in `test_learning.py` (slow).
 
 from __future__ import annotations
 
+from collections import Counter
+
 import tempfile
 from pathlib import Path
 
@@ -42,6 +44,15 @@ def test_random_context_comes_from_another_document_with_as_many_neighbours():
     for size, before, after in ((2, own.anchor - own.start, anchors.anchor - anchors.start),
                                 (1, own.end - 1 - own.anchor, anchors.end - 1 - anchors.anchor)):
         assert (np.minimum(before, size) == np.minimum(after, size)).all()
+
+
+def test_random_context_draws_uniformly_among_the_other_documents():
+    # three documents of four sentences; with one previous sentence, sentences 1-3 of each share a
+    # shape: sentence 1 (document 0) draws among the six of documents 1 and 2, equally often.
+    offsets = np.array([0, 4, 8, 12])
+    drawn = Counter(int(random_context(offsets, 1, 0, seed=seed).anchor[1]) for seed in range(3000))
+    assert sorted(drawn) == [5, 6, 7, 9, 10, 11]
+    assert all(400 < n < 600 for n in drawn.values())  # 500 expected each; sd about 20
 
 
 def test_random_context_is_seeded():

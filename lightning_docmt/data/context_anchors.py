@@ -77,13 +77,19 @@ def random_context(doc_offsets: np.ndarray, prev_size: int, next_size: int, seed
     anchor = sentence.copy()
     groups = np.unique(shape, axis=0, return_inverse=True)[1].reshape(-1)  # (n,) group per sentence
     for group in range(int(groups.max()) + 1 if len(groups) else 0):
-        members = np.flatnonzero(groups == group)  # sentences with this neighbour shape
+        # sentences with this neighbour shape, ascending: each document's members are contiguous
+        members = np.flatnonzero(groups == group)  # (m,)
         if not shape[members[0]].any():
             continue  # no context to replace
-        for i in members:
-            candidates = members[doc[members] != doc[i]]
-            if len(candidates) == 0:
-                raise ValueError(f"sentence {i} has {shape[i, 0]} previous and {shape[i, 1]} next "
-                                 f"neighbours, and no sentence of another document has the same")
-            anchor[i] = candidates[rng.integers(len(candidates))]
+        member_doc = doc[members]
+        first = np.searchsorted(member_doc, member_doc, side="left")  # (m,) own document's block
+        size = np.searchsorted(member_doc, member_doc, side="right") - first  # (m,) its length
+        others = len(members) - size  # (m,) members of other documents
+        if not others.all():
+            i = members[np.argmin(others)]
+            raise ValueError(f"sentence {i} has {shape[i, 0]} previous and {shape[i, 1]} next "
+                             f"neighbours, and no sentence of another document has the same")
+        draw = rng.integers(0, others)  # (m,) uniform among the other documents' members ...
+        draw = np.where(draw >= first, draw + size, draw)  # ... skipping the own block
+        anchor[members] = members[draw]
     return ContextAnchors(anchor, own.start[anchor], own.end[anchor])
