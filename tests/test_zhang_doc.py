@@ -11,8 +11,8 @@ import torch
 from omegaconf import OmegaConf
 from torch import Tensor
 
-from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID
-from lightning_docmt.inference.decoding import beam_search, beam_search_nbest, greedy_search
+from lightning_docmt.data.batch import PAD_ID, SEP_ID
+from lightning_docmt.inference.decoding import beam_search, greedy_search
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.models.zhang_doc import (THETA_D_GLOBS, THETA_S_GLOBS, ContextAttnConfig, ZhangDocConfig,
@@ -21,9 +21,9 @@ from lightning_docmt.nn.attention import AttentionMemory
 from lightning_docmt.nn.gating import ContextGate
 from lightning_docmt.nn.layers import LayerInputs
 from lightning_docmt.nn.residual import LAYER_NORM_EPS, Residual
-from lightning_docmt.evaluation.scoring import sequence_log_probs
-from tests.test_transformer import SIZES, VOCAB, padded, random_batch, widen
-from tests.model_checks import assert_incremental_matches_full
+from tests.test_transformer import SIZES, VOCAB, random_batch
+from tests.model_checks import (assert_beam_scores_are_log_probs_and_batching_invisible,
+                                assert_incremental_matches_full, assert_padding_and_batching_invisible)
 
 D, FFN, LAYERS = SIZES["d_model"], SIZES["ffn_dim"], SIZES["enc_layers"]
 SWITCHES = list(itertools.product([False, True], repeat=2))  # (context_attn.encoder, context_attn.decoder)
@@ -271,18 +271,7 @@ def test_incremental_decoding_equals_full_forward(encoder, decoder, pre_norm):
 
 @pytest.mark.parametrize("encoder,decoder", WITH_CONTEXT)
 def test_padding_and_batching_do_not_change_outputs(encoder, decoder):
-    model = zhang_model(encoder, decoder)
-    batch = doc_batch()
-    reference = model(batch)
-    real = batch["tgt_out"].ne(PAD_ID)
-    for keys in [("src",), ("tgt_in", "tgt_out"), ("ctx_src",)]:
-        wider = {**batch, **{key: widen(batch[key], 3) for key in keys}}
-        assert torch.allclose(model(wider)[:, : real.size(1)][real], reference[real], atol=1e-5), keys
-    for row in range(3):
-        alone = {key: value[row:row + 1] for key, value in batch.items()}
-        alone = {key: value[:, : int(value.ne(PAD_ID).sum())] for key, value in alone.items()}
-        length = int(alone["tgt_out"].size(1))
-        assert torch.allclose(model(alone)[0], reference[row, :length], atol=1e-5)
+    assert_padding_and_batching_invisible(zhang_model(encoder, decoder), doc_batch(), ("ctx_src",))
 
 
 def test_decoder_context_attention_has_a_static_cache_and_reorders_with_the_state():
@@ -317,18 +306,4 @@ def test_context_is_encoded_once_per_search():
 
 
 def test_beam_search_scores_are_the_models_log_probs_and_batching_is_invisible():
-    model = zhang_model()
-    batch = search_batch()
-    nbest = beam_search_nbest(model, batch, beam=3, len_penalty=0.6, max_len_a=1.0, max_len_b=3)
-    for rank in range(3):
-        hyps = [sentence_hyps[rank] for sentence_hyps in nbest]
-        forced = {"src": batch["src"], "ctx_src": batch["ctx_src"],
-                  "tgt_in": padded([[BOS_ID] + h.tokens for h in hyps]),
-                  "tgt_out": padded([h.tokens + [EOS_ID] for h in hyps])}
-        assert [h.log_prob for h in hyps] == pytest.approx(sequence_log_probs(model, forced).tolist(), abs=1e-4)
-    for row, sentence_hyps in enumerate(nbest):
-        alone = {key: value[row:row + 1] for key, value in batch.items()}
-        alone = {key: value[:, : int(value.ne(PAD_ID).sum())] for key, value in alone.items()}
-        [single] = beam_search(model, alone, beam=3, len_penalty=0.6, max_len_a=1.0, max_len_b=3)
-        assert single.tokens == sentence_hyps[0].tokens
-        assert single.score == pytest.approx(sentence_hyps[0].score, abs=1e-4)
+    assert_beam_scores_are_log_probs_and_batching_invisible(zhang_model(), search_batch())

@@ -8,10 +8,12 @@ split, with the context swapped by `data/context_anchors.py` and everything else
   Context Usage in Context-Aware Machine Translation", Eq. 3): the mean over the target tokens of
   `log p(y_t | x, C, y_<t) - log p(y_t | x, y_<t)`, both from the *same* model, the second with
   every context side it reads emptied (the layout of a document's first sentence). Reported over
-  all tokens (`cxmi`) and separately for the first sentences of documents (`cxmi/first`, whose
-  context is empty either way: 0 up to float rounding, the check that the two passes differ only in
-  the context; rounding, because the other rows of a batch change their context, and with it the
-  padded width a model such as the concatenation one computes over) and for the others
+  all tokens (`cxmi`) and separately for the first sentences of documents (`cxmi/first`: for a
+  model that reads previous sentences only, their context is empty either way, so it is 0 up to
+  float rounding, the check that the two passes differ only in the context; rounding, because the
+  other rows of a batch change their context, and with it the padded width a model such as the
+  concatenation one computes over. A model that also reads the next sentences, like the
+  Flat-Transformer, does have context there, and its `cxmi/first` is not 0) and for the others
   (`cxmi/rest`). A model that ignores its context gets exactly 0; the paper's
   estimate compares two models, this one the model with itself (their "CXMI of a single model").
 - **Random-context control**: every sentence reads the context of a sentence of another document,

@@ -3,9 +3,10 @@
 Tiedemann & Scherrer 2017 ("2-to-1"), the uni-encoder concatenation baseline (`model.arch=concat`).
 A standard Transformer whose encoder reads the concatenation and whose decoder attends to every
 encoded position; the target is the current sentence only. Only previous sentences are read. Ma
-et al. 2020's "Uni Transformer" row (reading F4 in docs/papers/flat2020.md: every encoder layer over
-the concatenated context and current sentence, no segment embedding) is this model's input layout
-with the Flat-Transformer's context window; the Flat-Transformer itself is planned, not built yet.
+et al. 2020's "Uni Transformer" / "w/o Unified" row (reading F4 in docs/papers/flat2020.md) is not
+this model but `flat` with `model.unified=false model.segment_embedding=false`
+(`models/flat.py`): the same kind of encoder over the Flat-Transformer's own input (previous AND
+next sentences, no `<sep>`, reading F3), so that the ablation changes nothing else.
 
 Encoder input layout, per row, built from the batch contract (`data/batch.py`):
     ctx_src = c_1 ... c_M <eos>   (previous sentences, oldest first, as the DataModule joined them)
@@ -28,6 +29,7 @@ from torch import Tensor
 from lightning_docmt.data.batch import PAD_ID, SEP_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
+from lightning_docmt.nn.concatenation import join_rows
 from lightning_docmt.registry import register_arch
 
 
@@ -41,15 +43,10 @@ class ConcatConfig(TransformerConfig):
 def concatenate_context(ctx_src: Tensor, src: Tensor) -> Tensor:
     """Per row, `ctx_src` with its final `<eos>` replaced by `<sep>`, then `src`; right-padded (B, C + S)."""
     ctx_len = ctx_src.ne(PAD_ID).sum(1)  # (B,), the final <eos> included
-    src_len = src.ne(PAD_ID).sum(1)
     prefix = torch.where(ctx_len > 1, ctx_len, 0)  # context tokens + <sep>; 0 for an empty context
-    total = prefix + src_len
-    pos = torch.arange(int(total.max()), device=src.device)[None, :]  # (1, L)
-    from_ctx = ctx_src.gather(1, pos.clamp(max=ctx_src.size(1) - 1).expand(src.size(0), -1))  # (B, L)
-    from_src = src.gather(1, (pos - prefix[:, None]).clamp(0, src.size(1) - 1))  # (B, L)
-    out = torch.where(pos < prefix[:, None] - 1, from_ctx, from_src)
-    out = torch.where(pos == prefix[:, None] - 1, torch.full_like(out, SEP_ID), out)
-    return torch.where(pos < total[:, None], out, torch.full_like(out, PAD_ID))
+    last = (ctx_len - 1).clamp(min=0)[:, None]  # (B, 1) column of the context's final <eos>
+    marked = ctx_src.scatter(1, last, torch.full_like(last, SEP_ID))  # (B, C), <eos> -> <sep>
+    return join_rows([marked, src], [prefix, src.ne(PAD_ID).sum(1)]).tokens  # (B, L)
 
 
 @register_arch("concat", ConcatConfig)

@@ -163,4 +163,16 @@ class TransformerStack(nn.Module):
     def forward(self, x: Tensor, inputs: LayerInputs, cache: Optional[list[LayerCache]] = None) -> Tensor:
         for index, layer in enumerate(self.layers):
             x = layer(x, inputs, None if cache is None else cache[index])
+        return self.finish(x)
+
+    def run_layers(self, x: Tensor, inputs: LayerInputs, start: int = 0, stop: Optional[int] = None) -> Tensor:
+        """Layers `start`..`stop`-1 only, without a cache and without the final LayerNorm: for an encoder
+        that changes the sequence between layers (Ma et al. 2020 cut out the current sentence after
+        the bottom layers, `models/flat.py`); `finish` then applies what `forward` ends with."""
+        for layer in self.layers[start:stop]:
+            x = layer(x, inputs)
+        return x
+
+    def finish(self, x: Tensor) -> Tensor:
+        """The stack's output from the last layer's: the final LayerNorm in pre-LN mode, else `x`."""
         return x if self.final_norm is None else self.final_norm(x)
