@@ -199,6 +199,19 @@ def test_t7_step_1_stages_are_shared_between_rows():
     assert all(len(v) == 1 for v in keys.values()) and keys["sent"] != keys["sent_dd"]
 
 
+def test_every_zh_en_table_shares_one_step_1_transformer_and_d_d_keeps_its_draw():
+    """T7 draws D_d at random (data.train_fraction_draw): its whole-data `sent` stage is still the
+    one of T1-T3, T6, T8 and T9, while the draw stays in the key of the stages that use a fraction."""
+    sent = {stage_key(stage_config(compose(name, row), "sent"), "sent", "")
+            for name, row in [("t7_two_step.yaml", "sent_all"), ("t8_context_integration.yaml", "none"),
+                              ("t3_comparison.yaml", "transformer")]}
+    assert len(sent) == 1
+    cfg = compose("t7_two_step.yaml", "sent_dd")
+    first = OmegaConf.merge(cfg, {"data": {"train_fraction_draw": "first"}})
+    assert stage_key(stage_config(cfg, "sent_dd"), "sent_dd", "") != \
+        stage_key(stage_config(first, "sent_dd"), "sent_dd", "")
+
+
 def test_t8_rows_switch_exactly_the_context_attention_sides():
     table = load_table(ZHANG / "t8_context_integration.yaml")
     both = compose("t8_context_integration.yaml", "both")

@@ -99,6 +99,8 @@ def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
     stage resolves to here (`auto` means bf16 on one machine and float32 on another)."""
     plain = OmegaConf.to_container(scfg, resolve=True)
     data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir")}
+    if data["train_fraction"] == 1.0:  # the whole split: how a fraction would be drawn is moot
+        data = {k: v for k, v in data.items() if k not in ("train_fraction_draw", "train_fraction_seed")}
     evaluation = {k: v for k, v in plain["eval"].items() if k not in ("contrastive", "suites_dir")}
     limits = {k: plain["train"][k] for k in ("max_steps", "max_epochs", "max_time_minutes", "accumulate",
                                                "tokens_per_update", "val_every_steps", "precision",
