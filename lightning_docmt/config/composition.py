@@ -19,6 +19,13 @@ DocMTInputError names the key path, the file and line or the override it came fr
 valid names. `trainer` (kwargs of `lightning.pytorch.Trainer`) and each stage's `data` and `optim` are free
 mappings; stage `data` and `optim` keys are checked against `DataConfig` and `OptimConfig` after merging.
 
+A pretrained encoder (`model.pretrained_encoder`, `nn/pretrained.py`) is resolved last: its
+checkpoint must be found offline (else one error naming the key), its sizes replace `d_model`,
+`heads`, `ffn_dim` and `enc_layers` whatever the layers said (a profile shrinks only the rest),
+`model.pretrained_layout` gets the rest of its config.json, `vocab.src_pretrained` names the same
+checkpoint, and `vocab.joint` and `model.share_embeddings` become false (set true explicitly, they
+are an error): the source side is the checkpoint's WordPiece vocabulary, the target side its own.
+
 `save_config` writes the resolved config of a run, marked `docmt_resolved: true`. Composing a marked
 file skips layers 2-4: it is already complete, and re-applying presets that changed since could alter
 it, so `compose(run_dir / "config.yaml", [])` gives back exactly the saved config.
@@ -40,6 +47,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.nn.pretrained import ENCODER_KEY, encoder_settings
 from lightning_docmt.registry import find_arch, unknown_arch_message
 from lightning_docmt.config.schema import DataConfig, OptimConfig, RunConfig
 from lightning_docmt.training.schedules import SCHEDULES
@@ -153,6 +161,7 @@ def compose_layers(user_layers: Sequence[Layer], *, profile: str | None = None,
             raise _merge_error(err, layer, arch) from None
     cfg.profile = profile_name
     _resolve(cfg)
+    _apply_pretrained_encoder(cfg, layers)
     _validate(cfg)
     return cfg
 
@@ -291,6 +300,34 @@ def _resolve(cfg: DictConfig) -> None:
     except OmegaConfBaseException as err:
         raise DocMTInputError(f"cannot resolve interpolation: {str(err).splitlines()[0]}",
                               key=getattr(err, "full_key", None) or None) from None
+
+
+def _apply_pretrained_encoder(cfg: DictConfig, layers: Sequence[Layer]) -> None:
+    """Resolve `model.pretrained_encoder` (module docstring; readings F11-F12 of docs/papers/flat2020.md)."""
+    name = cfg.model.pretrained_encoder if "pretrained_encoder" in cfg.model else None
+    if name is None:
+        return
+    setter = _last_set(layers, ENCODER_KEY)
+    try:
+        settings = encoder_settings(name)
+    except DocMTInputError as err:  # say where the name came from (file and line, or the override)
+        if setter is None or err.path is not None:
+            raise
+        raise setter[1].error(str(err).removeprefix(f"key '{err.key}': "), err.key) from None
+    cfg.model.merge_with(settings)
+    source = cfg.vocab.src_pretrained
+    if source is not None and source != name:
+        found = _last_set(layers, "vocab.src_pretrained")
+        message = f"names '{source}', but model.pretrained_encoder is '{name}': the source vocabulary is the encoder's"
+        raise found[1].error(message, "vocab.src_pretrained") if found else DocMTInputError(
+            message, key="vocab.src_pretrained")
+    cfg.vocab.src_pretrained = name
+    for dotted in ("vocab.joint", "model.share_embeddings"):
+        found = _last_set(layers, dotted)
+        if found is not None and found[0] is True:
+            raise found[1].error("must be false with model.pretrained_encoder: the source side is the "
+                                 "checkpoint's WordPiece vocabulary, the target side has its own", dotted)
+        OmegaConf.update(cfg, dotted, False)
 
 
 def _validate(cfg: DictConfig) -> None:

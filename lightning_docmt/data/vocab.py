@@ -1,8 +1,12 @@
-"""Vocabularies: sentencepiece subwords (BPE or unigram) and whitespace words (docs/design.md section 5).
+"""Vocabularies: sentencepiece subwords (BPE or unigram), whitespace words, and a pretrained
+encoder's WordPiece vocabulary (docs/design.md section 5).
 
 Every vocabulary shares the special ids of the batch contract (`data/batch.py`): `<pad>`=0,
 `<unk>`=1, `<s>`=2, `</s>`=3, `<sep>`=4. `encode` never adds `<s>`/`</s>`; the collator does.
 Word vocabularies serve the word-unit rows of Li & Feng (2019), Table 2 (30K words per side).
+WordPiece vocabularies are the source side of a model whose encoder starts from a pretrained
+BERT-style checkpoint (`vocab.src_pretrained`, Ma et al. 2020's "+BERT" rows, reading F11 of
+docs/papers/flat2020.md); the target side then has a vocabulary of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_T
 from lightning_docmt.data.cachedir import build_once, content_key
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.schema import VocabConfig
+
+SRC_PRETRAINED_KEY = "vocab.src_pretrained"
 
 _META = "vocab.json"
 _DROPPED_ON_DECODE = frozenset((PAD_ID, BOS_ID, SEP_ID))
@@ -74,7 +80,7 @@ class Vocabulary(ABC):
     def load(directory: str | Path) -> Vocabulary:
         directory = Path(directory)
         meta = json.loads((directory / _META).read_text())
-        cls = {c.kind: c for c in (SentencePieceVocab, WordVocab)}[meta["kind"]]
+        cls = {c.kind: c for c in (SentencePieceVocab, WordVocab, WordPieceVocab)}[meta["kind"]]
         return cls._load(directory, lowercase=meta["lowercase"])
 
     @abstractmethod
@@ -205,6 +211,107 @@ class WordVocab(Vocabulary):
         return cls(text.splitlines(), lowercase=lowercase)
 
 
+class WordPieceVocab(Vocabulary):
+    """A pretrained encoder's own tokenizer and vocabulary (reading F11 of docs/papers/flat2020.md).
+
+    Text goes through the checkpoint's tokenizer as it is (`tokenizers`, from its `tokenizer.json`),
+    normalisation included: an uncased model's lower-cases and strips accents, so `lowercase` is not
+    used. Special tokens written in raw text (a literal "[SEP]") are ordinary text. Ids are the
+    tokenizer's, relabelled by a permutation that gives the contract's specials their ids: `<pad>`,
+    `<unk>`, `<s>`, `</s>` swap places with the tokenizer's pad, unk, cls and sep tokens ([PAD]=0,
+    [UNK]=100, [CLS]=101, [SEP]=102 in BERT), and `<sep>` with its mask token ([MASK]=103), which
+    text never produces. Every other id keeps its number unless a swap moved it (BERT's
+    `[unused0]`..`[unused3]` land on 100..103), so the vocabulary has exactly the tokenizer's size.
+
+    `pretrained_ids[i]` is the checkpoint's embedding row for id i: the permutation, except that
+    `<sep>` (between two context sentences) reads [SEP], BERT's sentence separator. A model copies
+    those rows into its source table (`nn/pretrained.load_pretrained_encoder`), so `</s>` is [SEP],
+    `<s>` [CLS] and `<unk>` [UNK] for the encoder.
+    """
+
+    kind = "wordpiece"
+    _TOKENIZER = "tokenizer.json"
+    _SPECIALS = "specials.json"
+    SPECIAL_ROLES = ((PAD_ID, "pad"), (UNK_ID, "unk"), (BOS_ID, "cls"), (EOS_ID, "sep"), (SEP_ID, "mask"))
+
+    def __init__(self, tokenizer_json: str, specials: dict[str, int]):
+        super().__init__(lowercase=False)
+        from tokenizers import Tokenizer
+
+        self._json = tokenizer_json
+        self.specials = {role: int(specials[role]) for _, role in self.SPECIAL_ROLES}
+        self._tok = Tokenizer.from_str(tokenizer_json)
+        self._tok.no_padding()  # a checkpoint's tokenizer.json may pad or truncate (MiniLM's: 128)
+        self._tok.no_truncation()
+        self._tok.encode_special_tokens = True  # "[SEP]" in raw text is text
+        size = self._tok.get_vocab_size(with_added_tokens=True)
+        if len(set(self.specials.values())) != len(self.specials) or not all(
+                0 <= i < size for i in self.specials.values()):
+            raise ValueError(f"the tokenizer's special ids {self.specials} are not distinct ids below {size}")
+        to_tokenizer = np.arange(size)  # contract id -> tokenizer id
+        for contract, role in self.SPECIAL_ROLES:
+            at = int(np.flatnonzero(to_tokenizer == self.specials[role])[0])
+            to_tokenizer[[contract, at]] = to_tokenizer[[at, contract]]
+        self._to_tokenizer = to_tokenizer
+        self._from_tokenizer = np.argsort(to_tokenizer)  # tokenizer id -> contract id
+
+    @classmethod
+    def from_pretrained(cls, name: str) -> WordPieceVocab:
+        """The vocabulary of the checkpoint `name` (a name or directory, `nn/pretrained.py`)."""
+        from lightning_docmt.nn.pretrained import pretrained_dir  # torch: only when a checkpoint is named
+
+        directory = pretrained_dir(name, SRC_PRETRAINED_KEY)
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        except Exception as err:
+            raise DocMTInputError(f"'{name}': cannot load its tokenizer ({type(err).__name__})",
+                                  key=SRC_PRETRAINED_KEY) from None
+        specials = {"pad": tokenizer.pad_token_id, "unk": tokenizer.unk_token_id,
+                    "cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
+                    "mask": tokenizer.mask_token_id}
+        missing = [role for role, i in specials.items() if i is None]
+        if missing or not getattr(tokenizer, "is_fast", False):
+            what = f"no {', '.join(missing)} token" if missing else "no fast (tokenizer.json) version"
+            raise DocMTInputError(f"'{name}': its tokenizer has {what}; a BERT-style WordPiece tokenizer "
+                                  "is needed", key=SRC_PRETRAINED_KEY)
+        return cls(tokenizer.backend_tokenizer.to_str(), specials)
+
+    @property
+    def pretrained_ids(self) -> np.ndarray:
+        """(V,) the checkpoint's embedding row of every id (`<sep>` -> the sep token's row)."""
+        ids = self._to_tokenizer.copy()
+        ids[SEP_ID] = self.specials["sep"]
+        return ids
+
+    def tokenizer_ids(self, ids: Sequence[int]) -> list[int]:
+        """The tokenizer's own ids of contract ids `ids` (the permutation, `<sep>` included as the mask id)."""
+        return self._to_tokenizer[np.asarray(ids, dtype=np.int64)].tolist()
+
+    def __len__(self) -> int:
+        return len(self._to_tokenizer)
+
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
+        encodings = self._tok.encode_batch(texts, add_special_tokens=False)
+        return [self._from_tokenizer[np.asarray(e.ids, dtype=np.int64)].tolist() for e in encodings]
+
+    def _decode(self, ids: list[int]) -> str:
+        return self._tok.decode(self.tokenizer_ids(ids), skip_special_tokens=False)
+
+    def piece(self, i: int) -> str:
+        return self._tok.id_to_token(int(self._to_tokenizer[i]))
+
+    def _save(self, directory: Path) -> None:
+        (directory / self._TOKENIZER).write_text(self._json, encoding="utf-8")
+        (directory / self._SPECIALS).write_text(json.dumps(self.specials, indent=1, sort_keys=True))
+
+    @classmethod
+    def _load(cls, directory: Path, *, lowercase: bool) -> WordPieceVocab:
+        return cls((directory / cls._TOKENIZER).read_text(encoding="utf-8"),
+                   json.loads((directory / cls._SPECIALS).read_text()))
+
+
 VOCAB_TYPES = ("bpe", "unigram", "word")
 _FORMAT = 1  # bump when the trained artefact changes for the same inputs
 
@@ -221,6 +328,10 @@ def check_vocab_config(cfg: VocabConfig) -> None:
                               key="vocab.character_coverage")
     if cfg.max_train_sentences < 1:
         raise DocMTInputError("must be positive", key="vocab.max_train_sentences")
+    if cfg.src_pretrained is not None and cfg.joint:
+        raise DocMTInputError("a pretrained encoder's WordPiece source vocabulary (vocab.src_pretrained) "
+                              "leaves the target side a vocabulary of its own; set vocab.joint=false",
+                              key="vocab.joint")
 
 
 Coverages = tuple[float, float]  # sentencepiece character_coverage of the (source, target) side
@@ -228,12 +339,20 @@ Coverages = tuple[float, float]  # sentencepiece character_coverage of the (sour
 
 def vocab_key(cfg: VocabConfig, fingerprint: str, coverages: Coverages) -> str:
     """Hash of the training data fingerprint and every option that changes the trained model
-    (`coverages`: the resolved character coverage of each side, `data/languages.py`)."""
-    return content_key({
+    (`coverages`: the resolved character coverage of each side, `data/languages.py`). With
+    `src_pretrained`, the checkpoint's files are part of the key (without it the key is what it
+    always was)."""
+    inputs = {
         "format": _FORMAT, "fingerprint": fingerprint, "type": cfg.type, "size": cfg.size,
         "joint": cfg.joint, "character_coverage": list(coverages),
         "max_train_sentences": cfg.max_train_sentences, "lowercase": cfg.lowercase,
-    })
+    }
+    if cfg.src_pretrained is not None:
+        from lightning_docmt.nn import pretrained  # torch: only then
+
+        inputs["src_pretrained"] = pretrained.fingerprint(pretrained.pretrained_dir(cfg.src_pretrained,
+                                                                                    SRC_PRETRAINED_KEY))
+    return content_key(inputs)
 
 
 def train_vocabulary(cfg: VocabConfig, sentences: Iterable[str], character_coverage: float) -> Vocabulary:
@@ -263,7 +382,10 @@ def build_vocabularies(cfg: VocabConfig, src_sentences: Iterable[str], tgt_sente
     final = vocab_dir(cache_dir, cfg, fingerprint, coverages)
 
     def build(tmp: Path) -> None:
-        if cfg.joint:
+        if cfg.src_pretrained is not None:  # the checkpoint's WordPiece; the target side its own
+            WordPieceVocab.from_pretrained(cfg.src_pretrained).save(tmp / "src")
+            train_vocabulary(cfg, tgt_sentences, coverages[1]).save(tmp / "tgt")
+        elif cfg.joint:
             both = (s for side in (src_sentences, tgt_sentences) for s in side)
             train_vocabulary(cfg, both, coverages[0]).save(tmp / "joint")
         else:

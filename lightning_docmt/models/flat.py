@@ -40,6 +40,16 @@ Parameter names are exactly the Transformer's (`encoder.layers.<i>` with i < bot
 bottom blocks, the rest the top blocks; not weight-tied, trap 12) plus `src_embed.segment.weight`,
 so a sentence-level Transformer checkpoint loads with only the segment table missing, and the
 parameter count is the Transformer's + 2 x d_model. No pretraining stage (reading F7).
+
++BERT (Table 2, `model.pretrained_encoder`, readings F5 and F10-F14; `nn/pretrained.py`): the
+unified encoder is the checkpoint's, fine-tuned. Its word, position and token-type embeddings
+replace Eqs. 2-3 (token type = the segment id above: 0 context, 1 current; with
+`segment_embedding=false` every token is type 0, BERT's single-segment input), its layers are the
+blocks, `bottom_layers` of them over the whole sequence and the rest over the current sentence
+(the cut applies to the checkpoint's layers: 1 + 5 for the 6-layer MiniLM; F5's same-ratio reading
+for a 12-layer BERT is `bottom_layers=2`). The source ids are the checkpoint's WordPiece ids
+(`vocab.src_pretrained`), the contract's `</s>` closing the current sentence being BERT's [SEP];
+no [CLS] is added (reading F10). The segment table is then the checkpoint's `src_embed.segment.weight`.
 """
 
 from __future__ import annotations
@@ -102,7 +112,11 @@ class FlatSeq2Seq(TransformerSeq2Seq):
         if cfg.concat_order not in CONCAT_ORDERS:
             raise DocMTInputError(f"must be one of {', '.join(CONCAT_ORDERS)}, got {cfg.concat_order!r}",
                                   key="model.concat_order")
-        if cfg.segment_embedding:  # Eq. 3: S, the only parameters the Transformer does not have
+        if self.layout is not None:  # +BERT (reading F5): S is the checkpoint's token-type table
+            if cfg.segment_embedding and self.layout.type_vocab_size < NUM_SEGMENTS:
+                raise DocMTInputError(f"'{cfg.pretrained_encoder}' has {self.layout.type_vocab_size} token "
+                                      f"type(s), the segments need {NUM_SEGMENTS}", key="model.segment_embedding")
+        elif cfg.segment_embedding:  # Eq. 3: S, the only parameters the Transformer does not have
             self.src_embed.segment = nn.Embedding(NUM_SEGMENTS, cfg.d_model)
             nn.init.normal_(self.src_embed.segment.weight, mean=0.0, std=cfg.d_model ** -0.5)  # reading F8
 

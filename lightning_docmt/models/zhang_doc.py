@@ -28,6 +28,16 @@ Switches: a context-attention sublayer switched off does not exist (no parameter
 both off nothing reads C^(Nc), so the context encoder is not built either and the model is the
 sentence Transformer (Table 8, row "none"); `ctx_src` is then not needed.
 
++BERT (Ma et al. 2020, Table 2, the dual-encoder "Transformer (Zhang et al. 2018) + BERT" row;
+`model.pretrained_encoder`, docs/papers/flat2020.md readings F5, F10-F14, `nn/pretrained.py`): the
+sentence encoder is the checkpoint's (embeddings and layers, fine-tuned), with the context-attention
+sublayers (Eq. 12, new) inserted into its layers. NOT IN PAPER, reading F14: the context encoder
+reads the context through the same BERT embeddings (Z3's shared table; token type 0, positions
+0..C-1) and its N_c layers start as copies of the checkpoint's first N_c layers (not tied; a
+layer beyond the checkpoint's depth starts random), so both encoders of the dual model start
+from BERT. A two-step run keeps the rule: the stage-2 model is initialised from the checkpoint
+first, then from stage 1, so theta_d (absent from stage 1) keeps the pretrained start.
+
 Parameter names: theta_s keeps exactly the names of `TransformerSeq2Seq`, so a stage-1 Transformer
 checkpoint loads with only theta_d missing. theta_d is `context_encoder.*` and every
 `*.context_attn.*` sublayer (its attention, its LayerNorm `norm.*` and its gate `integrate.*`).
@@ -46,7 +56,7 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.attention import AttentionMemory, key_mask
 from lightning_docmt.nn.gating import ContextGate
-from lightning_docmt.nn.layers import LayerInputs, TransformerStack, cross_attention_block, encoder_layer
+from lightning_docmt.nn.layers import LayerInputs, TransformerLayer, TransformerStack, cross_attention_block
 from lightning_docmt.nn.residual import ResidualBlock
 from lightning_docmt.nn.seq2seq import EncoderState
 from lightning_docmt.registry import register_arch
@@ -131,8 +141,19 @@ class ZhangDocSeq2Seq(TransformerSeq2Seq):
                 layer.insert("context_attn", context_attention_block(cfg), before="cross_attn")  # Eq. 16
         self.context_encoder: Optional[TransformerStack] = None
         if cfg.context_attn.encoder or cfg.context_attn.decoder:
-            self.context_encoder = TransformerStack(  # Eqs. 5-9
-                [encoder_layer(cfg) for _ in range(cfg.context_layers)], cfg.d_model, cfg.pre_norm)
+            self.context_encoder = TransformerStack(  # Eqs. 5-9; +BERT: layers of the checkpoint's kind
+                [self.source_layer() for _ in range(cfg.context_layers)], cfg.d_model, cfg.pre_norm)
+
+    def pretrained_layers(self) -> list[tuple[str, TransformerLayer, int]]:
+        """+BERT (reading F14): the sentence encoder's layers from the checkpoint's, and context-encoder
+        layer k from checkpoint layer k too (a copy, not tied), for k below both N_c and the
+        checkpoint's depth."""
+        layers = super().pretrained_layers()
+        if self.context_encoder is not None and self.layout is not None:
+            depth = self.cfg.enc_layers  # = the checkpoint's layer count (nn/pretrained.encoder_settings)
+            layers += [(f"context_encoder.layers.{k}", layer, k)
+                       for k, layer in enumerate(self.context_encoder.layers) if k < depth]
+        return layers
 
     def encode_context(self, batch: dict[str, Tensor]) -> Optional[AttentionMemory]:
         """C^(Nc) over `batch["ctx_src"]` (B, C) as an attention memory, or None when nothing reads it."""

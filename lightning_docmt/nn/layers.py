@@ -4,7 +4,8 @@ Encoder layer (Vaswani et al. 2017; Zhang et al. 2018, Eqs. 11 and 13 without Eq
     self_attn -> ffn
 Decoder layer (Zhang et al. 2018, Eqs. 15, 17, 18 without Eq. 16):
     self_attn (causal) -> cross_attn (encoder output) -> ffn
-FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (Vaswani et al. 2017, Eq. 2), with dropout after the ReLU.
+FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (Vaswani et al. 2017, Eq. 2), with dropout after the ReLU
+(a pretrained BERT-style encoder's layers use GELU instead, `nn/pretrained.py`).
 
 A `TransformerLayer` is an ordered `nn.ModuleDict` of `ResidualBlock`s run in order, so an
 architecture adds a sublayer without copying the layer code: Zhang et al. 2018 insert
@@ -22,6 +23,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
+from typing import Callable
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -31,6 +34,14 @@ from lightning_docmt.config.schema import ModelConfig
 
 LayerCache = dict[str, AttentionCache]
 """The incremental-decoding caches of one layer, by sublayer name."""
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,  # the exact (erf) GELU of BERT's "gelu"
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+"""FFN activations by name (the names of Hugging Face configs' `hidden_act`)."""
 
 
 @dataclass
@@ -48,20 +59,24 @@ class LayerInputs:
 
 
 class FeedForward(nn.Module):
-    """Position-wise FFN (Eq. 2 of Vaswani et al.) with `relu_dropout` after the ReLU; Xavier-uniform weights."""
+    """Position-wise FFN (Eq. 2 of Vaswani et al.) with `relu_dropout` after the activation (ReLU
+    unless `activation` names another one of `ACTIVATIONS`); Xavier-uniform weights."""
 
-    def __init__(self, d_model: int, ffn_dim: int, relu_dropout: float = 0.0):
+    def __init__(self, d_model: int, ffn_dim: int, relu_dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; known: {', '.join(ACTIVATIONS)}")
         self.fc1 = nn.Linear(d_model, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, d_model)
         self.relu_dropout = nn.Dropout(relu_dropout)
+        self.activation = ACTIVATIONS[activation]
         for linear in (self.fc1, self.fc2):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
 
     def forward(self, x: Tensor, inputs: Optional[LayerInputs] = None,
                 cache: Optional[AttentionCache] = None) -> Tensor:
-        return self.fc2(self.relu_dropout(F.relu(self.fc1(x))))
+        return self.fc2(self.relu_dropout(self.activation(self.fc1(x))))
 
 
 class SelfAttention(nn.Module):
@@ -97,9 +112,9 @@ class CrossAttention(nn.Module):
         return self.attn(x, memory.states, memory.mask, False, cache)
 
 
-def self_attention_block(cfg: ModelConfig) -> ResidualBlock:
+def self_attention_block(cfg: ModelConfig, norm_eps: float = LAYER_NORM_EPS) -> ResidualBlock:
     return ResidualBlock(SelfAttention(cfg.d_model, cfg.heads, cfg.attn_dropout), cfg.d_model, cfg.dropout,
-                         cfg.pre_norm)
+                         cfg.pre_norm, norm_eps=norm_eps)
 
 
 def cross_attention_block(cfg: ModelConfig, memory: str = "memory",
@@ -108,9 +123,10 @@ def cross_attention_block(cfg: ModelConfig, memory: str = "memory",
                          cfg.dropout, cfg.pre_norm, integrate)
 
 
-def feed_forward_block(cfg: ModelConfig) -> ResidualBlock:
-    return ResidualBlock(FeedForward(cfg.d_model, cfg.ffn_dim, cfg.relu_dropout), cfg.d_model, cfg.dropout,
-                         cfg.pre_norm)
+def feed_forward_block(cfg: ModelConfig, activation: str = "relu", norm_eps: float = LAYER_NORM_EPS
+                       ) -> ResidualBlock:
+    return ResidualBlock(FeedForward(cfg.d_model, cfg.ffn_dim, cfg.relu_dropout, activation), cfg.d_model,
+                         cfg.dropout, cfg.pre_norm, norm_eps=norm_eps)
 
 
 class TransformerLayer(nn.ModuleDict):
@@ -140,8 +156,11 @@ class TransformerLayer(nn.ModuleDict):
         return x
 
 
-def encoder_layer(cfg: ModelConfig) -> TransformerLayer:
-    return TransformerLayer({"self_attn": self_attention_block(cfg), "ffn": feed_forward_block(cfg)})
+def encoder_layer(cfg: ModelConfig, activation: str = "relu", norm_eps: float = LAYER_NORM_EPS
+                  ) -> TransformerLayer:
+    """self_attn -> ffn; `activation` and `norm_eps` differ only in a pretrained encoder's layers."""
+    return TransformerLayer({"self_attn": self_attention_block(cfg, norm_eps),
+                             "ffn": feed_forward_block(cfg, activation, norm_eps)})
 
 
 def decoder_layer(cfg: ModelConfig) -> TransformerLayer:

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from torch import Tensor, nn
 
-LAYER_NORM_EPS = 1e-6  # THUMT's value
+LAYER_NORM_EPS = 1e-6  # THUMT's value (a pretrained encoder's layers keep their own, BERT's 1e-12)
 
 
 class Residual(nn.Module):
@@ -41,10 +41,10 @@ class ResidualBlock(nn.Module):
     """
 
     def __init__(self, fn: nn.Module, d_model: int, dropout: float, pre_norm: bool,
-                 integrate: Optional[nn.Module] = None):
+                 integrate: Optional[nn.Module] = None, norm_eps: float = LAYER_NORM_EPS):
         super().__init__()
         self.fn = fn
-        self.norm = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        self.norm = nn.LayerNorm(d_model, eps=norm_eps)
         self.integrate = integrate if integrate is not None else Residual(dropout)
         self.pre_norm = pre_norm
 

