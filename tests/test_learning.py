@@ -79,7 +79,10 @@ SETTINGS = [
 # (a 13-core-minute run on an AMD EPYC): concat cxmi 0.378 / random_ctx/cxmi 0.085; Zhang two-step
 # 0.0128 / 0.034 (its gate makes an empty context cheap, another document's costs more); contrastive
 # accuracy with another example's context 51.4% and 52.3% (100% with their own); random-context
-# BLEU -2.72 and -2.56.
+# BLEU -2.72 and -2.56. Flat (1 previous + 1 next, 1 + 1 encoder blocks, 4,500 steps): 69.4%
+# (pronoun_d1 and sense 100%, d2 46.6%, d3 41.5%: out of its window), 48.6% with another
+# example's context; cxmi 0.0129 (0.0004 on first sentences, which have a next one), random_ctx/cxmi
+# 0.042, random-context BLEU -2.09.
 MIN_CXMI = 0.005
 SENT_STAGE = "sent: {arch: transformer}"
 
@@ -134,9 +137,19 @@ def assert_context_usage(metrics: dict) -> None:
     context of another document (CXMI, evaluation/context_usage.py), and translating with another
     document's context costs BLEU."""
     assert metrics["cxmi"] >= MIN_CXMI and metrics["random_ctx/cxmi"] >= MIN_CXMI, metrics
-    assert abs(metrics["cxmi/first"]) < 1e-6 and metrics["random_ctx/bleu_delta"] < 0, metrics
-    # Another example's context: the suite's cue is wrong about half the time.
-    assert metrics["contrastive/random_ctx/accuracy"] <= metrics["contrastive/accuracy"] - 0.25, metrics
+    assert metrics["random_ctx/bleu_delta"] < 0, metrics
+    # Another example's context: the suite's cue is wrong about half the time, so at least half of
+    # what the model gains over chance is lost.
+    chance, accuracy = metrics["contrastive/chance"], metrics["contrastive/accuracy"]
+    assert metrics["contrastive/random_ctx/accuracy"] <= chance + (accuracy - chance) / 2, metrics
+
+
+def assert_beats_ceiling_on_what_its_window_holds(metrics: dict, ceiling: dict[str, float]) -> None:
+    """A model that reads one previous sentence resolves the items whose cue is there (the topic and
+    the antecedents one sentence back), not those two or three back; overall it clears the ceiling."""
+    assert metrics["contrastive/accuracy"] >= max(ceiling["expected"], ceiling["empirical"]) + ceiling["tolerance"]
+    for phenomenon in ("pronoun_d1", "sense"):
+        assert metrics[f"contrastive/{phenomenon}"] >= 0.75, (phenomenon, metrics)
 
 
 def assert_context_blind(metrics: dict) -> None:
@@ -164,6 +177,15 @@ def test_sentence_transformer_stays_at_the_ceiling_and_concat_beats_it(workspace
                  f"train.max_steps={CONCAT_STEPS}")
     assert_uses_context(concat["metrics"], ceiling)
     assert_context_usage(concat["metrics"])
+    assert abs(concat["metrics"]["cxmi/first"]) < 1e-6  # previous sentences only: none there
+
+
+def test_flat_with_one_previous_and_one_next_sentence_beats_the_ceiling(workspace, sentence, ceiling):
+    """Ma et al. 2020's window: the first sentence of a document has context too (the next one)."""
+    flat = fit(workspace, "flat", "model: {arch: flat}\n", "model.enc_layers=2",  # 1 bottom + 1 top
+               f"train.max_steps={CONCAT_STEPS}")
+    assert_beats_ceiling_on_what_its_window_holds(flat["metrics"], ceiling)
+    assert_context_usage(flat["metrics"])
 
 
 def test_zhang_two_step_learns_from_context_while_its_frozen_stage_one_cannot(
@@ -173,6 +195,7 @@ def test_zhang_two_step_learns_from_context_while_its_frozen_stage_one_cannot(
     assert run["stages"]["sent"]["key"] == sentence["stages"]["sent"]["key"]
     assert_uses_context(run["metrics"], ceiling)
     assert_context_usage(run["metrics"])
+    assert abs(run["metrics"]["cxmi/first"]) < 1e-6
     assert_at_ceiling(sentence["metrics"]["contrastive/accuracy"], ceiling)  # its frozen stage 1
 
 
