@@ -33,7 +33,7 @@ class DemoBudget:
     preface: str  # printed with the table and written into table.md
 
 
-SHARED_STEPS, FURTHER_STEPS = 500, 150
+SHARED_STEPS, FURTHER_STEPS = 400, 150
 BUDGET = DemoBudget(
     rows=("transformer", "concat"),
     overrides=(f"train.max_steps={SHARED_STEPS}", f"train.stages.more.max_steps={FURTHER_STEPS}",
