@@ -9,6 +9,7 @@ import pytest
 from lightning_docmt.cli import demo
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import compose_row, load_table
+from lightning_docmt.training.schedules import lr_lambda
 
 
 @pytest.mark.parametrize("budget", [demo.BUDGET, demo.QUICK], ids=["budget", "quick"])
@@ -21,6 +22,8 @@ def test_every_row_of_a_budget_trains_as_long_after_the_shared_transformer(budge
         assert cfg.train.schedule[0] == "sent" and cfg.train.stages[last].init_from == "sent"
         further.add(cfg.train.stages[last].max_steps)
         assert cfg.train.max_steps < 1800  # shorter than the table's own
+        lr_lambda(schedule=cfg.train.optim.schedule, lr=cfg.train.optim.lr, d_model=cfg.model.d_model,
+                  warmup=cfg.train.optim.warmup_steps, stage_steps=cfg.train.max_steps)  # a usable schedule
     assert len(further) == 1 and further.pop() > 0
 
 

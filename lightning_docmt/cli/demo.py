@@ -36,17 +36,20 @@ class DemoBudget:
 SHARED_STEPS, FURTHER_STEPS = 400, 150
 BUDGET = DemoBudget(
     rows=("transformer", "concat"),
-    overrides=(f"train.max_steps={SHARED_STEPS}", f"train.stages.more.max_steps={FURTHER_STEPS}",
+    overrides=(f"train.max_steps={SHARED_STEPS}", "train.optim.warmup_steps=100",  # the profile's 500 > 400
+               f"train.stages.more.max_steps={FURTHER_STEPS}",
                f"train.stages.doc.max_steps={FURTHER_STEPS}", "decode.beam=1",
                "train.val_every_steps=100000"),  # no validation: every stage hands on its last step
     results="results-demo",
-    preface=(f"Demo budget (15 minutes on 2 cores): the shared Transformer {SHARED_STEPS} steps, then "
+    preface=(f"Demo budget (15 minutes on 2 cores): the shared Transformer {SHARED_STEPS} steps (100 of "
+             f"warmup), then "
              f"{FURTHER_STEPS} steps per row, greedy test decoding; rows transformer and concat. "
              "Models this short are far from converged: read the rows against each other. The "
              "whole table (1,800 + 300 steps, beam 4, three rows): docmt table experiments/demo.yaml."))
 QUICK = DemoBudget(
     rows=("transformer", "concat", "zhang_doc"),
-    overrides=("train.max_steps=120", "train.stages.more.max_steps=20", "train.stages.doc.max_steps=20",
+    overrides=("train.max_steps=120", "train.optim.warmup_steps=30", "train.stages.more.max_steps=20",
+               "train.stages.doc.max_steps=20",
                "decode.beam=1", "train.val_every_steps=100000"),
     results="results-quick",
     preface=("SMOKE RUN (docmt demo --quick): 120 + 20 training steps, the models are untrained and "
