@@ -8,7 +8,7 @@ table which one it ran, so that nobody mistakes its numbers for the table's:
 - the default, 15 minutes on 2 cores: the rows `transformer` and `concat` (the most telling pair:
   does reading the previous sentence help, and does the model use it), shorter training with the
   same equal-budget design, greedy test decoding;
-- `--quick`, a smoke run of every row in about 3 minutes: the models are untrained and its numbers
+- `--quick`, a smoke run of every row in about 7 minutes: the models are untrained and its numbers
   mean nothing.
 """
 
