@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the demo table on the Bible corpus at the cpu profile, on a "
                                      "15-minute budget (lightning_docmt/cli/demo.py)")
-    p.add_argument("--quick", action="store_true", help="a 3-minute smoke run: untrained models")
+    p.add_argument("--quick", action="store_true", help="a smoke run of every row (about 7 minutes): untrained models")
 
     p = sub.add_parser("bench", help="benchmarks; print measured ratios")
     p.add_argument("--only", help="comma-separated benchmarks (data_scale, training_step, zhang_efficiency); "

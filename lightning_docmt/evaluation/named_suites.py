@@ -3,7 +3,7 @@
 An `eval.contrastive` entry, a table column `contrastive:<suite>` or `docmt contrastive --suite`
 may name one of them instead of a suite file:
 
-- `NAME`: the suite's folder as distributed (`FOLDERS` below) inside `eval.suites_dir`
+- `NAME`: the suite's folder as distributed (`NamedSuite.folder` in `NAMED_SUITES`) inside `eval.suites_dir`
   (`docmt contrastive --suites-dir`);
 - `NAME:DIR`: the folder itself.
 

@@ -295,19 +295,23 @@ def run_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     return fit_and_test(cfg, run_dir, resume=True)[1]
 
 
+def train_stages(cfg: DictConfig, run_dir: Path, resume: bool) -> dict[str, StageResult]:
+    """Save the run's config (global rank zero) and train every stage of `train.schedule` in order."""
+    if is_global_zero():
+        config_lib.save_config(cfg, run_dir)
+    results: dict[str, StageResult] = {}
+    for name in cfg.train.schedule:
+        results[name] = run_stage(cfg, name, run_dir, results, resume=resume)
+    return results
+
+
 def run_validation_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     """The table runner's `run_row` for a selection table (`evaluate: valid`): train every stage
     into `run_dir` and return the final stage's validation scores, never touching the test split:
     `val/bleu` (or `val/loss`: the monitored metric) of the checkpoint the stage hands on, and
     `<metric>@<step>` for every validation of the stage."""
     check_stages(cfg)
-    run_dir = Path(run_dir)
-    if is_global_zero():
-        config_lib.save_config(cfg, run_dir)
-    results: dict[str, StageResult] = {}
-    for name in cfg.train.schedule:
-        results[name] = run_stage(cfg, name, run_dir, results, resume=True)
-    final = results[cfg.train.schedule[-1]]
+    final = train_stages(cfg, Path(run_dir), resume=True)[cfg.train.schedule[-1]]
     info = json.loads((final.checkpoint.parent / "done.json").read_text())
     metric = monitor_metric(stage_config(cfg, final.name))[0]
     scores: dict[str, float] = {metric: info["best_score"]}
@@ -328,11 +332,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = Fa
     suites = configured_suites(cfg)
     run_dir = Path(run_dir) if run_dir is not None else make_run_dir(cfg)
     writer = is_global_zero()
-    if writer:
-        config_lib.save_config(cfg, run_dir)
-    results: dict[str, StageResult] = {}
-    for name in cfg.train.schedule:
-        results[name] = run_stage(cfg, name, run_dir, results, resume=resume)
+    results = train_stages(cfg, run_dir, resume)
     final = results[cfg.train.schedule[-1]]
     scores = test_checkpoint(stage_config(cfg, final.name), final.checkpoint, run_dir, suites)
     record = {"checkpoint": str(final.checkpoint),
