@@ -177,9 +177,9 @@ def translate_command(args: argparse.Namespace) -> int:
 def contrastive_command(args: argparse.Namespace) -> int:
     """Accuracy of a checkpoint on a suite file or a published suite by name, beside the suite's
     chance and majority rates and the accuracy with every example reading another's context."""
-    from lightning_docmt.data.contrastive import chance_rates, read_suite
+    from lightning_docmt.data.contrastive import read_suite
     from lightning_docmt.data.languages import data_languages
-    from lightning_docmt.evaluation.contrastive import evaluate_suite, with_random_contexts
+    from lightning_docmt.evaluation.contrastive import controlled_result
     from lightning_docmt.evaluation.named_suites import load_named_suite, named_suite
     from lightning_docmt.inference.device import inference_device
     from lightning_docmt.inference.translate import load_checkpoint
@@ -190,9 +190,7 @@ def contrastive_command(args: argparse.Namespace) -> int:
                                        key="--suite")
     else:
         examples = read_suite(args.suite)
-    result = evaluate_suite(model, examples)
-    result["random_ctx_accuracy"] = evaluate_suite(model, with_random_contexts(examples))["accuracy"]
-    result.update(chance_rates(examples))
+    result = controlled_result(model, examples)
     if args.json:
         print_json(result)
     else:

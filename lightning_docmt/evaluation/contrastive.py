@@ -141,10 +141,19 @@ def suite_metrics(model: LoadedModel, suites: dict[str, list[dict]]) -> dict[str
     scores: dict[str, float] = {}
     for name, examples in suites.items():
         prefix = "contrastive/" if len(suites) == 1 else f"contrastive/{name}/"
-        result = evaluate_suite(model, examples)
+        result = controlled_result(model, examples)
         scores[f"{prefix}accuracy"] = result["accuracy"]
         scores.update({f"{prefix}{phenomenon}": part["accuracy"]
                        for phenomenon, part in result["by_phenomenon"].items()})
-        scores[f"{prefix}random_ctx/accuracy"] = evaluate_suite(model, with_random_contexts(examples))["accuracy"]
-        scores.update({f"{prefix}{k}": v for k, v in chance_rates(examples).items()})
+        scores[f"{prefix}random_ctx/accuracy"] = result["random_ctx_accuracy"]
+        scores.update({f"{prefix}{k}": result[k] for k in ("chance", "majority")})
     return scores
+
+
+def controlled_result(model: LoadedModel, examples: Sequence[dict]) -> dict[str, Any]:
+    """`evaluate_suite`'s result with its controls: `random_ctx_accuracy` (every example reading
+    another example's context) and the suite's `chance` and `majority` rates."""
+    result = evaluate_suite(model, examples)
+    result["random_ctx_accuracy"] = evaluate_suite(model, with_random_contexts(examples))["accuracy"]
+    result.update(chance_rates(list(examples)))
+    return result
