@@ -167,6 +167,10 @@ def translate_command(args: argparse.Namespace) -> int:
     lenpen = args.lenpen if args.lenpen is not None else model.cfg.decode.len_penalty
     if beam < 1:
         raise DocMTInputError(f"--beam must be >= 1, got {beam}")
+    if args.explain:  # one JSON line per sentence on stdout, before the translation
+        from lightning_docmt.inference.translate import explain_selection
+        for line in explain_selection(model, documents):
+            print(json.dumps(line, ensure_ascii=False))
     translations = translate_documents(model, documents, beam=beam, len_penalty=lenpen)
     write_output(Path(args.output), source, documents, translations)
     n = sum(len(t) for t in translations)

@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam", type=int)
     p.add_argument("--lenpen", type=float)
     p.add_argument("--device", help=DEVICE_HELP)
+    p.add_argument("--explain", action="store_true", help="print, for every sentence, the context "
+                   "tokens the model's hard selection keeps (one JSON line each; lifeng_coattn)")
 
     p = sub.add_parser("contrastive", help="contrastive accuracy of a checkpoint on a suite")
     p.add_argument("--ckpt", required=True)

@@ -4,6 +4,9 @@ encoder's WordPiece vocabulary (docs/design.md section 5).
 Every vocabulary shares the special ids of the batch contract (`data/batch.py`): `<pad>`=0,
 `<unk>`=1, `<s>`=2, `</s>`=3, `<sep>`=4. `encode` never adds `<s>`/`</s>`; the collator does.
 Word vocabularies serve the word-unit rows of Li & Feng (2019), Table 2 (30K words per side).
+The paper segments Chinese with ICTCLAS, which is unavailable: `vocab.word_split=han` makes every
+Han character a word of its own and splits other scripts on whitespace (reading L17 of
+docs/papers/lifeng2019.md), so those rows are not comparable to the paper's word rows.
 WordPiece vocabularies are the source side of a model whose encoder starts from a pretrained
 BERT-style checkpoint (`vocab.src_pretrained`, Ma et al. 2020's "+BERT" rows, reading F11 of
 docs/papers/flat2020.md); the target side then has a vocabulary of its own.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from abc import ABC, abstractmethod
 from collections import Counter
 from pathlib import Path
@@ -73,7 +77,7 @@ class Vocabulary(ABC):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self._save(directory)
-        meta = {"kind": self.kind, "lowercase": self.lowercase, "size": len(self)}
+        meta = {"kind": self.kind, "lowercase": self.lowercase, "size": len(self), **self._options()}
         (directory / _META).write_text(json.dumps(meta, indent=1))
 
     @staticmethod
@@ -81,7 +85,12 @@ class Vocabulary(ABC):
         directory = Path(directory)
         meta = json.loads((directory / _META).read_text())
         cls = {c.kind: c for c in (SentencePieceVocab, WordVocab, WordPieceVocab)}[meta["kind"]]
-        return cls._load(directory, lowercase=meta["lowercase"])
+        options = {k: v for k, v in meta.items() if k not in ("kind", "size")}
+        return cls._load(directory, **options)
+
+    def _options(self) -> dict:
+        """Keyword options of `_load` that `save` records in the metadata besides `lowercase`."""
+        return {}
 
     @abstractmethod
     def __len__(self) -> int: ...
@@ -165,35 +174,56 @@ class SentencePieceVocab(Vocabulary):
         return cls((directory / cls._MODEL).read_bytes(), lowercase=lowercase)
 
 
+# Han characters (CJK Unified Ideographs, Extension A, Compatibility Ideographs), CJK punctuation
+# and fullwidth forms. U+3000, the ideographic space, is whitespace: it separates, as in `str.split`.
+_HAN = "\u3001-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
+_HAN_WORDS = re.compile(f"[{_HAN}]|[^\\s{_HAN}]+")
+WORD_SPLITS = ("whitespace", "han")
+
+
+def split_words(text: str, word_split: str = "whitespace") -> list[str]:
+    """The words of `text`: whitespace-separated tokens, or with `han` every Han character (and CJK
+    punctuation or fullwidth form) a word of its own and runs of other non-space characters split
+    on whitespace ("耶稣说：Hello world" -> 耶 稣 说 ： Hello world; reading L17 of
+    docs/papers/lifeng2019.md)."""
+    return _HAN_WORDS.findall(text) if word_split == "han" else text.split()
+
+
 class WordVocab(Vocabulary):
-    """Whitespace tokens ranked by frequency (ties alphabetical), capped at `size` entries
-    including the five specials; anything else is `<unk>`."""
+    """Words (`split_words`) ranked by frequency (ties alphabetical), capped at `size` entries
+    including the five specials; anything else is `<unk>`.
+
+    `decode` joins words with spaces whatever the split, so a `han` vocabulary's output has a space
+    between Han characters: `han` is meant for the source side.
+    """
 
     kind = "word"
     _TOKENS = "tokens.txt"
 
-    def __init__(self, words: Sequence[str], *, lowercase: bool = False):
+    def __init__(self, words: Sequence[str], *, lowercase: bool = False, word_split: str = "whitespace"):
         super().__init__(lowercase=lowercase)
+        self.word_split = word_split
         self._tokens = list(SPECIAL_TOKENS) + list(words)
         self._index = {w: i for i, w in enumerate(words, start=len(SPECIAL_TOKENS))}
 
     @classmethod
-    def train(cls, sentences: Iterable[str], *, size: int, lowercase: bool = False) -> WordVocab:
+    def train(cls, sentences: Iterable[str], *, size: int, lowercase: bool = False,
+              word_split: str = "whitespace") -> WordVocab:
         counts: Counter[str] = Counter()
         for s in sentences:
-            counts.update((s.lower() if lowercase else s).split())
+            counts.update(split_words(s.lower() if lowercase else s, word_split))
         for special in SPECIAL_TOKENS:
             counts.pop(special, None)
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         kept = ranked[: max(0, size - len(SPECIAL_TOKENS))]
-        return cls([w for w, _ in kept], lowercase=lowercase)
+        return cls([w for w, _ in kept], lowercase=lowercase, word_split=word_split)
 
     def __len__(self) -> int:
         return len(self._tokens)
 
     def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         get = self._index.get
-        return [[get(w, UNK_ID) for w in t.split()] for t in texts]
+        return [[get(w, UNK_ID) for w in split_words(t, self.word_split)] for t in texts]
 
     def _decode(self, ids: list[int]) -> str:
         return " ".join(self._tokens[i] for i in ids)
@@ -205,10 +235,14 @@ class WordVocab(Vocabulary):
         words = self._tokens[len(SPECIAL_TOKENS):]
         (directory / self._TOKENS).write_text("".join(w + "\n" for w in words), encoding="utf-8")
 
+    def _options(self) -> dict:
+        # The default is not written, so whitespace vocabularies save the files they always did.
+        return {} if self.word_split == "whitespace" else {"word_split": self.word_split}
+
     @classmethod
-    def _load(cls, directory: Path, *, lowercase: bool) -> WordVocab:
+    def _load(cls, directory: Path, *, lowercase: bool, word_split: str = "whitespace") -> WordVocab:
         text = (directory / cls._TOKENS).read_text(encoding="utf-8")
-        return cls(text.splitlines(), lowercase=lowercase)
+        return cls(text.splitlines(), lowercase=lowercase, word_split=word_split)
 
 
 class WordPieceVocab(Vocabulary):
@@ -328,6 +362,12 @@ def check_vocab_config(cfg: VocabConfig) -> None:
                               key="vocab.character_coverage")
     if cfg.max_train_sentences < 1:
         raise DocMTInputError("must be positive", key="vocab.max_train_sentences")
+    if cfg.word_split not in WORD_SPLITS:
+        raise DocMTInputError(f"must be one of {', '.join(WORD_SPLITS)}, got {cfg.word_split!r}",
+                              key="vocab.word_split")
+    if cfg.word_split != "whitespace" and cfg.type != "word":
+        raise DocMTInputError(f"{cfg.word_split!r} applies to word vocabularies (vocab.type=word), "
+                              f"not {cfg.type!r}", key="vocab.word_split")
     if cfg.src_pretrained is not None and cfg.joint:
         raise DocMTInputError("a pretrained encoder's WordPiece source vocabulary (vocab.src_pretrained) "
                               "leaves the target side a vocabulary of its own; set vocab.joint=false",
@@ -340,13 +380,15 @@ Coverages = tuple[float, float]  # sentencepiece character_coverage of the (sour
 def vocab_key(cfg: VocabConfig, fingerprint: str, coverages: Coverages) -> str:
     """Hash of the training data fingerprint and every option that changes the trained model
     (`coverages`: the resolved character coverage of each side, `data/languages.py`). With
-    `src_pretrained`, the checkpoint's files are part of the key (without it the key is what it
-    always was)."""
+    `src_pretrained`, the checkpoint's files are part of the key, and a `word_split` other than
+    whitespace is too (without them the key is what it always was)."""
     inputs = {
         "format": _FORMAT, "fingerprint": fingerprint, "type": cfg.type, "size": cfg.size,
         "joint": cfg.joint, "character_coverage": list(coverages),
         "max_train_sentences": cfg.max_train_sentences, "lowercase": cfg.lowercase,
     }
+    if cfg.word_split != "whitespace":
+        inputs["word_split"] = cfg.word_split
     if cfg.src_pretrained is not None:
         from lightning_docmt.nn import pretrained  # torch: only then
 
@@ -357,7 +399,8 @@ def vocab_key(cfg: VocabConfig, fingerprint: str, coverages: Coverages) -> str:
 
 def train_vocabulary(cfg: VocabConfig, sentences: Iterable[str], character_coverage: float) -> Vocabulary:
     if cfg.type == "word":
-        return WordVocab.train(sentences, size=cfg.size, lowercase=cfg.lowercase)
+        return WordVocab.train(sentences, size=cfg.size, lowercase=cfg.lowercase,
+                               word_split=cfg.word_split)
     return SentencePieceVocab.train(
         sentences, model_type=cfg.type, size=cfg.size, character_coverage=character_coverage,
         max_train_sentences=cfg.max_train_sentences, lowercase=cfg.lowercase,

@@ -97,6 +97,36 @@ def batches(split: BinarizedSplit, indices: np.ndarray, window: WindowSpec, max_
 
 
 @torch.no_grad()
+def explain_selection(model: LoadedModel, documents: Sequence[Document]) -> list[dict]:
+    """For every sentence, in input order, the context tokens the model's hard selection keeps
+    (`Seq2SeqModel.kept_context_tokens`, e.g. Li & Feng's selector): `{"doc_id", "sentence" (its
+    index in the document), "context" (the previous source sentences the model reads, as given),
+    "kept" (the kept tokens as vocabulary pieces, in order)}`. A model without one is an error."""
+    check_sentence_by_sentence(model, "explaining the context selection")
+    window = model.window
+    with tempfile.TemporaryDirectory() as tmp:
+        split = binarize_documents(documents, model, Path(tmp))
+        kept: list[list[int]] = [[] for _ in range(split.n_sentences)]
+        indices = np.arange(split.n_sentences)
+        for batch in batches(split, indices, window, model.cfg.decode.batch_max_tokens, model.device):
+            rows = model.module.model.kept_context_tokens(batch)
+            if rows is None:
+                raise DocMTInputError(f"model.arch '{model.cfg.model.arch}' selects no context tokens; "
+                                      f"--explain needs a model with a hard context selection "
+                                      f"(lifeng_coattn)", key="--explain")
+            for i, ids in zip(batch["sent_index"].tolist(), rows):
+                kept[i] = ids
+    explained, start = [], 0
+    for doc in documents:
+        for j, _ in enumerate(doc.src):
+            previous = doc.src[max(0, j - window.prev_src):j]
+            explained.append({"doc_id": doc.doc_id, "sentence": j, "context": previous,
+                              "kept": [model.src_vocab.piece(t) for t in kept[start + j]]})
+        start += len(doc.src)
+    return explained
+
+
+@torch.no_grad()
 def translate_documents(model: LoadedModel, documents: Sequence[Document], *, beam: int,
                         len_penalty: float) -> list[list[str]]:
     """Detokenised translations of every sentence, grouped by document, in input order."""

@@ -148,6 +148,11 @@ class Seq2SeqModel(nn.Module):
         are mixed in one batch."""
         raise NotImplementedError(f"{type(self).__name__} carries no state")
 
+    def kept_context_tokens(self, batch: dict[str, Tensor]) -> list[list[int]] | None:
+        """Per row of `batch`, the ids of the context tokens a hard selection keeps for it, in order
+        (`docmt translate --explain`); None (the default): the model selects no tokens."""
+        return None
+
     def encode(self, batch: dict[str, Tensor]) -> EncoderState:
         raise NotImplementedError
 

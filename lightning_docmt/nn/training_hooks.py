@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 from torch import Tensor
 
@@ -35,12 +35,15 @@ class LossTerms(NamedTuple):
     `loss_sum` is what is backpropagated, after division by the target tokens of the optimizer
     step over every rank (`tokens` of each rank, summed). `nll_sum` is logged. `carry` (models with
     `carries_state` only): the state handed to the next sentence of each row's document, batch-first.
+    `stats`: scalar diagnostics of the batch by name (e.g. a selector's selection rate), logged as
+    `train/<phase>/<name>` (`train/<name>` without phases) to every logger and the run's metrics.
     """
 
     loss_sum: Tensor
     nll_sum: Tensor
     tokens: Tensor
     carry: Any = None
+    stats: Optional[dict[str, Tensor]] = None
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,9 @@ class DocMTModule(pl.LightningModule):
         self.log("train/loss", terms.loss_sum / ntok_f, prog_bar=True, batch_size=bsz)  # this rank's
         self.log("train/nll", terms.nll_sum / ntok_f, batch_size=bsz)
         self.log("train/tokens", ntok_f, reduce_fx="sum", batch_size=bsz)
+        prefix = "train" if phase is None else f"train/{phase}"
+        for name, value in (terms.stats or {}).items():
+            self.log(f"{prefix}/{name}", value.detach().float(), batch_size=bsz)
         self._train_tokens = self._train_tokens + terms.tokens.detach()  # no host sync per step
         loss = self.scaled_loss(terms)
         if self.phases is None:

@@ -11,7 +11,9 @@ over the parameters that the update steps).
 A training trainer gets the stage's `StagedUnfreezing` (its freezing policy) and, with
 `train.average.checkpoints` > 0, a `CheckpointAveraging` writing `<stage dir>/averaging/`. DDP keeps
 its defaults (`find_unused_parameters=False`, no `static_graph`): frozen parameters are frozen
-before the model is wrapped (see `callbacks/staged_unfreezing.py`).
+before the model is wrapped (see `callbacks/staged_unfreezing.py`). The exception is a model with
+optimizer phases, whose phase losses need not reach every parameter: `ddp` becomes
+`ddp_find_unused_parameters_true` for it.
 """
 
 from __future__ import annotations
@@ -144,6 +146,10 @@ def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_te
                                            patience=train.early_stop_patience))
     kwargs["callbacks"] = callbacks
     kwargs.update(user)
+    if kwargs.get("strategy") == "ddp" and model_phases(cfg.model):
+        # A phase's loss may leave the other phases' parameters out of the graph (Li & Feng's
+        # selector phase runs the translator without gradient), which plain DDP reports as an error.
+        kwargs["strategy"] = "ddp_find_unused_parameters_true"
     trainer = pl.Trainer(**kwargs)
     if not for_test:
         size = apply_update_size(trainer, cfg)
