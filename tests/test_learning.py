@@ -69,6 +69,8 @@ SEED = int(os.environ.get("DOCMT_LEARNING_SEED", "1"))  # other seeds: a manual 
 SENT_STEPS = 1500  # the shared sentence Transformer
 CONCAT_STEPS = 4500  # the sense items need more than 3,000 on some CPUs (see above)
 DOC_STEPS = 3000  # Zhang's step 2 (theta_d), and the control's
+COATTN_STEPS = 3000  # Li & Feng's cross-training, theta_s and theta_r phases alternating
+COATTN_PHASE = 250  # updates per phase
 SETTINGS = [
     f"data.corpus=synthetic:{NAME}", "vocab.type=word", "model.d_model=64", "model.heads=4",
     "model.ffn_dim=256", "train.optim.warmup_steps=300", f"train.max_steps={SENT_STEPS}",
@@ -103,7 +105,7 @@ def fit(workspace: Path, name: str, body: str, *overrides: str) -> dict:
     run_dir = train.fit_run(cfg)
     print(f"[learning] {name}: {(run_dir / 'metrics.json').read_text()}")  # shown with -s
     return {"metrics": json.loads((run_dir / "metrics.json").read_text()),
-            "stages": json.loads((run_dir / "run.json").read_text())["stages"]}
+            "stages": json.loads((run_dir / "run.json").read_text())["stages"], "run_dir": str(run_dir)}
 
 
 @pytest.fixture(scope="module")
@@ -207,3 +209,49 @@ def test_zhang_without_context_attention_stays_at_the_ceiling(workspace, sentenc
     assert run["stages"]["sent"]["reused"] is True
     assert_at_ceiling(run["metrics"]["contrastive/accuracy"], ceiling)
     assert run["metrics"]["cxmi"] == 0.0 and run["metrics"]["random_ctx/cxmi"] == 0.0
+
+
+def antecedent_selection(run_dir: Path, stage: str) -> dict[str, float]:
+    """How the co-attention selector treats the antecedent noun of the test suite's pronoun items:
+    `precision`, the share of the kept context tokens that are the antecedent; `base_rate`, the
+    antecedent's share of all context tokens (the precision of a selector that keeps tokens at
+    random); `recall`, the share of items whose antecedent is kept; `kept`, the share of context
+    tokens kept. Context tokens include each sentence's `</s>` (what H^doc holds)."""
+    from lightning_docmt.data.types import Document
+    from lightning_docmt.inference.translate import explain_selection, load_checkpoint
+
+    model = load_checkpoint(run_dir / stage / "checkpoints" / "last.ckpt")
+    items = [e for e in synthetic.contrastive_suite(NAME) if e["phenomenon"].startswith("pronoun")]
+    window = model.window.prev_src
+    documents = [Document(e["id"], [*e["src_context"][-window:], e["src"]], [""] * (min(window, len(e["src_context"])) + 1))
+                 for e in items]
+    explained = [line for line in explain_selection(model, documents) if line["sentence"] == len(line["context"])
+                 and line["sentence"] > 0]
+    hits = kept = context = found = 0
+    for item, line in zip(items, explained):
+        distance = int(item["phenomenon"][-1])
+        words = item["src_context"][-distance].split()
+        noun = words[words.index("the") + 1]
+        hits += line["kept"].count(noun)
+        kept += len(line["kept"])
+        context += sum(len(sentence.split()) + 1 for sentence in line["context"])
+        found += noun in line["kept"]
+    return {"precision": hits / max(kept, 1), "base_rate": len(explained) / context,
+            "recall": found / len(explained), "kept": kept / context}
+
+
+def test_co_attention_selects_the_antecedent_and_beats_the_ceiling(workspace, sentence, ceiling):
+    """Li & Feng 2019: the sentence Transformer, then cross-training (theta_s and theta_r phases of
+    COATTN_PHASE updates) with 3 previous sentences, the paper's default."""
+    coattn = (f"coattn: {{arch: lifeng_coattn, init_from: sent, continue_schedule: true, "
+              f"max_steps: {COATTN_STEPS}}}")
+    run = fit(workspace, "coattn", f"model: {{arch: lifeng_coattn}}\ncontext: {{prev_sentences: 3}}\n"
+              f"train:\n  stages: {{{SENT_STAGE}, {coattn}}}\n  schedule: [sent, coattn]\n",
+              f"model.cross_training.translator_steps={COATTN_PHASE}",
+              f"model.cross_training.selector_steps={COATTN_PHASE}")
+    assert run["stages"]["sent"]["reused"] is True
+    selection = antecedent_selection(Path(run["run_dir"]), "coattn")
+    print(f"[learning] coattn antecedent selection: {selection}")
+    assert selection["precision"] >= 3 * selection["base_rate"], selection
+    assert_uses_context(run["metrics"], ceiling)
+    assert_context_usage(run["metrics"])

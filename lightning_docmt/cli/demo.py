@@ -45,9 +45,9 @@ BUDGET = DemoBudget(
              f"warmup), then "
              f"{FURTHER_STEPS} steps per row, greedy test decoding; rows transformer and concat. "
              "Models this short are far from converged: read the rows against each other. The "
-             "whole table (1,800 + 300 steps, beam 4, three rows): docmt table experiments/demo.yaml."))
+             "whole table (1,800 + 300 steps, beam 4, five rows): docmt table experiments/demo.yaml."))
 QUICK = DemoBudget(
-    rows=("transformer", "concat", "zhang_doc"),
+    rows=("transformer", "concat", "zhang_doc", "flat", "coattn"),
     overrides=("train.max_steps=120", "train.optim.warmup_steps=30", "train.stages.more.max_steps=20",
                "train.stages.doc.max_steps=20",
                "decode.beam=1", "train.val_every_steps=100000"),
