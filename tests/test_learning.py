@@ -223,10 +223,10 @@ def antecedent_selection(run_dir: Path, stage: str) -> dict[str, float]:
     model = load_checkpoint(run_dir / stage / "checkpoints" / "last.ckpt")
     items = [e for e in synthetic.contrastive_suite(NAME) if e["phenomenon"].startswith("pronoun")]
     window = model.window.prev_src
-    documents = [Document(e["id"], [*e["src_context"][-window:], e["src"]], [""] * (min(window, len(e["src_context"])) + 1))
-                 for e in items]
-    explained = [line for line in explain_selection(model, documents) if line["sentence"] == len(line["context"])
-                 and line["sentence"] > 0]
+    documents = [Document(f"{n}", [*e["src_context"][-window:], e["src"]], [""] * (min(window, len(e["src_context"])) + 1))
+                 for n, e in enumerate(items)]  # one document per item: its context, then the pronoun sentence
+    last = {doc.doc_id: len(doc.src) - 1 for doc in documents}
+    explained = [line for line in explain_selection(model, documents) if line["sentence"] == last[line["doc_id"]]]
     hits = kept = context = found = 0
     for item, line in zip(items, explained):
         distance = int(item["phenomenon"][-1])

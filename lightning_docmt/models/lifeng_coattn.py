@@ -32,6 +32,9 @@ Readings (docs/papers/lifeng2019.md section 7):
 - NOT IN PAPER, L16: in the theta_r phase the encodings the selector reads and the reward are
   computed without dropout (R is the model's probability of the reference, Eq. 29, which dropout
   would make a random variable), and without gradient (theta_s is frozen there).
+- NOT IN PAPER, L18: `rl.lr_scale` sets the theta_r phase's lr apart from the stage's.
+- NOT IN PAPER, L19: `rl.selection_cost` (default 0, the paper's objective) charges each kept token
+  in the reward: log R' = log P(y | z) - cost * |z|.
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ class ReinforceConfig:
 
     reward: str = "seq_prob"  # seq_prob (Eq. 29) | log_prob | avg_token_log_prob (deviations)
     samples: int = 4  # Monte-Carlo draws of z per sentence (not in the paper)
+    lr_scale: float = 1.0  # the theta_r phase's lr over the stage's (reading L18)
+    selection_cost: float = 0.0  # nats of reward per kept context token (reading L19; 0: the paper's)
 
 
 @dataclass
@@ -163,7 +168,7 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
         shared |= {"output.*"} if cfg.tie_output else set()
         theta_s = tuple(glob for glob in THETA_S_GLOBS if glob not in shared)
         return [OptimizerPhase(TRANSLATOR_PHASE, theta_s, cfg.cross_training.translator_steps),
-                OptimizerPhase(SELECTOR_PHASE, THETA_R_GLOBS, cfg.cross_training.selector_steps)]
+                OptimizerPhase(SELECTOR_PHASE, THETA_R_GLOBS, cfg.cross_training.selector_steps, cfg.rl.lr_scale)]
 
     # ------------------------------------------------------------------ encoding
     def encode_tokens(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
@@ -231,7 +236,9 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
             hidden = self.decode_hidden(batch["tgt_in"].repeat_interleave(samples, 0), state)
             log_prob_y = self.reference_log_probs(hidden, target).view(-1, samples)  # (B, S)
         lengths = batch["tgt_out"].ne(PAD_ID).sum(1, keepdim=True).expand(-1, samples)  # (B, S)
-        advantage = advantages(log_prob_y, lengths, self.cfg.rl.reward)  # (B, S)
+        kept = (selection.z.bool() & ~repeated.context_pad).sum(1).view(-1, samples)  # (B, S)
+        log_reward = log_prob_y - self.cfg.rl.selection_cost * kept  # reading L19
+        advantage = advantages(log_reward, lengths, self.cfg.rl.reward)  # (B, S)
         loss = policy_loss(selection.log_prob.view(-1, samples), advantage)
         stats = self.selection_stats(selection, repeated)
         stats.update({"reward_mean": log_prob_y.mean(), "reward_var": log_prob_y.var(dim=1).mean()})

@@ -50,8 +50,10 @@ class LossTerms(NamedTuple):
 class OptimizerPhase:
     """An optimizer of its own over the trainable parameters whose names match `param_globs`
     (fnmatch), making `steps` consecutive updates before the next phase takes over; after the last
-    phase the first one comes again. Phases may share parameters (each keeps its own Adam moments)."""
+    phase the first one comes again. Phases may share parameters (each keeps its own Adam moments).
+    `lr_scale` multiplies the stage's lr for this phase's optimizer."""
 
     name: str
     param_globs: tuple[str, ...]
     steps: int
+    lr_scale: float = 1.0

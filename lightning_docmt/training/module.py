@@ -260,16 +260,16 @@ class DocMTModule(pl.LightningModule):
         lr; each group split off by `add_param_group` (a milestone of `StagedUnfreezing`) follows
         with its own lr.
         With phases: one Adam per phase over its trainable parameters (`phase_parameter_names`), at
-        the stage's lr. A phase's schedule counts the phase's own updates, so that each optimizer
+        the stage's lr times the phase's `lr_scale`. A phase's schedule counts the phase's own updates, so that each optimizer
         warms up over its first updates, and a decaying schedule ends at the phase's last update
         of the stage (its share of `max_steps`).
         """
         if self.phases is not None:
             named = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
             per_phase = phase_parameter_names(self.phases.phases, list(named), key="model.arch")
-            built = [self.adam([([named[n] for n in names], self.stage_lr)],
+            built = [self.adam([([named[n] for n in names], self.stage_lr * phase.lr_scale)],
                                self.phases.updates_within(index, self.trainer.max_steps))
-                     for index, names in enumerate(per_phase)]
+                     for index, (phase, names) in enumerate(zip(self.phases.phases, per_phase))]
             return ([optimizer for optimizer, _ in built],
                     [{"scheduler": scheduler, "interval": "step"} for _, scheduler in built])
         split = {id(p) for params, _ in self.extra_param_groups for p in params}
