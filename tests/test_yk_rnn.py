@@ -1,0 +1,368 @@
+"""Yamagishi & Komachi 2019's attentional LSTM (`models/yk_rnn.py`): every context variant decodes
+incrementally as it scores, ignores padding and its batch neighbours; dot attention and the sum of
+mix; c^0 = 0; the carried states (what the shared models hand on, and how they reach the next
+sentence of the same document only); initialisation from the baseline (reading Y7); the preset."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torch import Tensor, nn
+
+from lightning_docmt.checkpoints import read_checkpoint
+from lightning_docmt.config.composition import compose
+from lightning_docmt.data.batch import EOS_ID, PAD_ID
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.models.yk_rnn import SharedContextRNN, YKRNNConfig, YKRNNSeq2Seq
+from lightning_docmt.nn.luong_attention import Memory, dot_attention
+from lightning_docmt.nn.seq2seq import select_rows
+from lightning_docmt.nn.training_hooks import CARRY_KEY
+from lightning_docmt.registry import model_config
+from lightning_docmt.training.model_hooks import CarriedState, map_tensors
+from lightning_docmt.training.module import DocMTModule
+from lightning_docmt.training.run import load_weights
+from lightning_docmt.training.output_loss import output_label_smoothed_nll
+from tests.model_checks import (assert_beam_scores_are_log_probs_and_batching_invisible,
+                                assert_incremental_matches_full, assert_padding_and_batching_invisible)
+from tests.run_env import single_process_run_env
+from tests.stage_fits import fit_stage, tiny_config
+from tests.test_transformer import VOCAB, padded, random_batch, sentence
+
+D = 16
+CARRY_TOKENS = 8  # every sentence below fits: the carry keeps 9 positions
+VARIANTS = [("none", "source"), ("separated", "source"), ("separated", "target"), ("separated", "mix"),
+            ("shared", "source"), ("shared", "target"), ("shared", "mix")]
+CONTEXT_VARIANTS = VARIANTS[1:]
+SHARED = [v for v in VARIANTS if v[0] == "shared"]
+SIDES = {"source": {"source"}, "target": {"target"}, "mix": {"source", "target"}}
+
+
+def check_only_new_parameters_missing(missing: list[str], encoder_sides: set[str], prefix: str = "") -> None:
+    """`missing` (of a baseline's weights) is W_h's context columns and the separated encoders of
+    `encoder_sides`, nothing else (readings Y7, Y14); `prefix`: that of the model's names."""
+    encoders = f"{prefix}context_encoders."
+    assert {n for n in missing if not n.startswith(encoders)} == {f"{prefix}attn_hidden.context.weight"}
+    assert {n.removeprefix(encoders).split(".")[0] for n in missing if n.startswith(encoders)} == encoder_sides
+
+
+def rnn(context: str = "none", side: str = "source", seed: int = 0, **overrides) -> YKRNNSeq2Seq:
+    """A small random model in eval mode, separate embeddings and W_o (the preset's)."""
+    torch.manual_seed(seed)
+    cfg = YKRNNConfig(**{"d_model": D, "enc_layers": 2, "dec_layers": 2, "dropout": 0.1,
+                         "share_embeddings": False, "tie_output": False, "context": context,
+                         "context_side": side, "carry_tokens": CARRY_TOKENS, **overrides})
+    return YKRNNSeq2Seq(cfg, VOCAB, VOCAB).eval()
+
+
+def doc_batch(seed: int = 0) -> dict[str, Tensor]:
+    """Four sentences; the previous sentences (source, target) of rows 1 and 3 are empty (`<eos>`
+    alone: first sentences of their documents)."""
+    batch = random_batch([5, 2, 7, 3], [4, 6, 1, 2], seed=seed)
+    g = torch.Generator().manual_seed(seed + 100)
+    for key, lengths in (("ctx_src", [3, 0, 5, 0]), ("ctx_tgt", [6, 0, 2, 0])):
+        batch[key] = padded([sentence(n, g) + [EOS_ID] for n in lengths])
+    return batch
+
+
+def output_loss(model: YKRNNSeq2Seq):
+    return lambda hidden, target: output_label_smoothed_nll(hidden, model.output.weight, target, 0.0, PAD_ID)
+
+
+def with_first_sentences(carry: dict[str, Memory], first: Tensor, initial: dict[str, Memory]) -> dict[str, Memory]:
+    """`carry` with the rows where `first` (B,) bool is true reset to `initial`."""
+    return map_tensors(lambda kept, reset: torch.where(first.view(-1, *[1] * (kept.dim() - 1)), reset, kept),
+                       carry, initial)
+
+
+def previous_carry(model: SharedContextRNN, batch: dict[str, Tensor]) -> dict[str, Memory]:
+    """What the previous sentences (another random batch) handed on, rows 1 and 3 being first sentences."""
+    previous = doc_batch(seed=7)
+    handed_on = model.loss_terms({**previous, CARRY_KEY: model.initial_carry(previous)}, output_loss(model)).carry
+    return with_first_sentences(handed_on, torch.tensor([False, True, False, True]), model.initial_carry(batch))
+
+
+class CarriedRows(nn.Module):
+    """A shared model reading row `batch["carry_row"][:, 0]` of a fixed carry: the model_checks
+    helpers slice every batch tensor by row and trim it, and so slice the carry too."""
+
+    def __init__(self, model: SharedContextRNN, carry: dict[str, Memory]):
+        super().__init__()
+        self.model, self.carry = model, carry
+
+    def with_carry(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        return {**batch, CARRY_KEY: select_rows(self.carry, batch["carry_row"][:, 0] - 1)}
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        return self.model(self.with_carry(batch))
+
+    def encode(self, batch: dict[str, Tensor]):
+        return self.model.encode(self.with_carry(batch))
+
+    def init_cache(self, state):
+        return self.model.init_cache(state)
+
+    def decode_step(self, tokens, state, cache) -> Tensor:
+        return self.model.decode_step(tokens, state, cache)
+
+
+def subject(context: str, side: str) -> tuple[nn.Module, dict[str, Tensor]]:
+    """The model of a variant and a batch for it (a shared model wrapped in `CarriedRows`)."""
+    model, batch = rnn(context, side), doc_batch()
+    if context != "shared":
+        return model, batch
+    rows = torch.arange(1, batch["src"].size(0) + 1)[:, None]  # (B, 1), from 1: never PAD_ID
+    return CarriedRows(model, previous_carry(model, batch)), {**batch, "carry_row": rows}
+
+
+def hand_attention(h: Tensor, memory: Memory) -> Tensor:
+    """Eqs. 8-9 row by row over the real positions only; zero without any (B, T, H)."""
+    rows = []
+    for b in range(h.size(0)):
+        z = memory.states[b][~memory.pad[b]]  # (L, H)
+        rows.append(torch.softmax(h[b] @ z.T, dim=-1) @ z if len(z) else torch.zeros_like(h[b]))
+    return torch.stack(rows)
+
+
+# ---------------------------------------------------------------- the interface, every variant
+@pytest.mark.parametrize("context,side", VARIANTS)
+def test_incremental_decoding_matches_the_full_forward(context, side):
+    model, batch = subject(context, side)
+    assert_incremental_matches_full(model, batch)
+
+
+@pytest.mark.parametrize("context,side", VARIANTS)
+def test_padding_and_batch_neighbours_are_invisible(context, side):
+    model, batch = subject(context, side)
+    assert_padding_and_batching_invisible(model, batch, ("ctx_src", "ctx_tgt"))
+
+
+@pytest.mark.parametrize("context,side", VARIANTS)
+def test_beam_scores_are_log_probs_and_batching_invisible(context, side):
+    model, batch = subject(context, side)
+    source_only = {k: v for k, v in batch.items() if k not in ("tgt_in", "tgt_out")}
+    assert_beam_scores_are_log_probs_and_batching_invisible(model, source_only)
+
+
+@pytest.mark.parametrize("context,side", CONTEXT_VARIANTS)
+def test_the_context_changes_the_output(context, side):
+    model, batch = subject(context, side)
+    base = rnn().eval()
+    base.load_state_dict((model.model if context == "shared" else model).state_dict(), strict=False)
+    has_context = torch.tensor([True, False, True, False])  # rows 1 and 3: first sentences
+    real = batch["tgt_out"].ne(PAD_ID)
+    differs = (model(batch) - base(batch)).abs().amax(-1).masked_fill(~real, 0).amax(-1) > 1e-4  # (B,)
+    assert differs.tolist() == has_context.tolist()
+
+
+# ---------------------------------------------------------------- attention and Eq. 3
+def test_dot_attention_ignores_padding_and_gives_zero_over_an_empty_memory():
+    g = torch.Generator().manual_seed(0)
+    h, states = torch.randn(3, 4, D, generator=g), torch.randn(3, 5, D, generator=g)
+    memory = Memory(states, torch.tensor([[False] * 5, [False, False, True, True, True], [True] * 5]))
+    c = dot_attention(h, memory)
+    assert torch.allclose(c, hand_attention(h, memory), atol=1e-6)
+    assert torch.equal(c[2], torch.zeros(4, D))  # c^0 = 0
+
+
+def test_mix_sums_the_source_and_target_context_vectors():
+    model = rnn("shared", "mix")
+    batch = doc_batch()
+    carry = previous_carry(model, batch)
+    state = model.encode({**batch, CARRY_KEY: carry})
+    h, _ = model.run_decoder(batch["tgt_in"], state.initial)  # (B, T, H)
+    c = hand_attention(h, Memory(state.memory, state.memory_pad))
+    c_context = hand_attention(h, carry["source"]) + hand_attention(h, carry["target"])  # trap 15
+    w = model.attn_hidden
+    expected = w.base(torch.cat([h, c], -1)) + w.context(c_context)  # Eq. 3, H x 3H
+    assert torch.allclose(model.decode_hidden(batch["tgt_in"], state), expected, atol=1e-5)
+    assert hand_attention(h, carry["target"]).abs().sum() > 0  # both terms count
+
+
+def test_the_decoder_starts_from_each_encoder_layers_final_states():
+    """Reading Y10: decoder layer l starts from encoder layer l's final [forward; backward] state;
+    on the top layer, the forward state at the last real position and the backward one at the first."""
+    model, batch = rnn(), doc_batch()
+    state = model.encode(batch)
+    last = batch["src"].ne(PAD_ID).sum(1) - 1  # (B,)
+    top, half = state.initial.hidden[:, -1], D // 2  # (B, H)
+    assert state.initial.hidden.shape == state.initial.cell.shape == (4, 2, D)
+    assert torch.allclose(top[:, :half], state.memory[torch.arange(4), last, :half], atol=1e-6)
+    assert torch.allclose(top[:, half:], state.memory[:, 0, half:], atol=1e-6)
+
+
+def test_attn_hidden_tanh_applies_tanh_to_eq_3():
+    linear, batch = rnn("separated", "source"), doc_batch()
+    with_tanh = rnn("separated", "source", attn_hidden_tanh=True)
+    with_tanh.load_state_dict(linear.state_dict())
+    tgt_in = batch["tgt_in"]
+    assert torch.allclose(with_tanh.decode_hidden(tgt_in, with_tanh.encode(batch)),
+                          torch.tanh(linear.decode_hidden(tgt_in, linear.encode(batch))), atol=1e-6)
+
+
+# ---------------------------------------------------------------- initialisation from the baseline
+@pytest.mark.parametrize("context,side", CONTEXT_VARIANTS)
+def test_a_baseline_checkpoint_loads_with_only_the_new_context_parameters_missing(context, side):
+    baseline, model = rnn(seed=1), rnn(context, side)
+    missing, unexpected = model.load_state_dict(baseline.state_dict(), strict=False)
+    assert unexpected == []
+    check_only_new_parameters_missing(missing, SIDES[side] if context == "separated" else set())
+    for name, tensor in baseline.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+
+
+@pytest.mark.parametrize("context,side", CONTEXT_VARIANTS)
+def test_first_sentences_get_no_context_and_translate_as_the_baseline(context, side):
+    """c^0 = 0: a first sentence (empty previous sentence, or the initial carry) gives the logits
+    of the baseline whose weights it was initialised from."""
+    baseline, model = rnn(seed=1), rnn(context, side)
+    model.load_state_dict(baseline.state_dict(), strict=False)
+    batch = doc_batch()
+    first = {**batch, "ctx_src": torch.full((4, 1), EOS_ID), "ctx_tgt": torch.full((4, 1), EOS_ID)}
+    if context == "shared":
+        first[CARRY_KEY] = model.initial_carry(batch)
+    assert torch.allclose(model(first), baseline(batch), atol=1e-6)
+
+
+# ---------------------------------------------------------------- carried states (shared models)
+def test_memory_last_keeps_the_last_real_positions_left_aligned():
+    states = torch.arange(1.0, 7.0)[None, :, None].repeat(3, 1, 2)  # (3, 6, 2): position p holds p + 1
+    pad = torch.tensor([[False] * 5 + [True], [False, False] + [True] * 4, [True] * 6])
+    kept = Memory(states, pad).last(3)
+    assert kept.states[:, :, 0].tolist() == [[3.0, 4.0, 5.0], [1.0, 2.0, 0.0], [0.0, 0.0, 0.0]]
+    assert kept.pad.tolist() == [[False] * 3, [False, False, True], [True] * 3]
+    assert Memory(states, pad).last(8).states.shape == (3, 8, 2)  # longer than the batch: padded
+
+
+@pytest.mark.parametrize("context,side", SHARED)
+def test_the_carry_is_the_encoder_and_decoder_top_states_of_this_sentence(context, side):
+    """Source: the encoder's states s; target: the decoder's top LSTM states h (reading Y4: not h~),
+    computed here by running the decoder LSTM alone; both padded to K positions."""
+    model, batch = rnn(context, side), doc_batch()
+    batch = {**batch, CARRY_KEY: previous_carry(model, batch)}
+    carry = model.loss_terms(batch, output_loss(model)).carry
+    assert set(carry) == ({"source", "target"} if side == "mix" else {side})
+    state = model.encode(batch)
+    expected = {"source": (state.memory, batch["src"].eq(PAD_ID))}
+    top, _ = model.decoder(model.tgt_embed(batch["tgt_in"]), state.initial.for_lstm())  # (B, T, H)
+    expected["target"] = (top, batch["tgt_in"].eq(PAD_ID))
+    for name, memory in carry.items():
+        states, pad = expected[name]
+        assert memory.states.shape == (4, CARRY_TOKENS + 1, D) and memory.pad.shape == (4, CARRY_TOKENS + 1)
+        length = states.size(1)
+        assert torch.equal(memory.pad[:, :length], pad) and memory.pad[:, length:].all()
+        assert torch.allclose(memory.states[:, :length][~pad], states[~pad], atol=1e-6)
+        assert torch.all(memory.states[memory.pad] == 0)
+    if "target" in carry:
+        h_tilde = model.decode_hidden(batch["tgt_in"], state)
+        assert not torch.allclose(carry["target"].states[:, :h_tilde.size(1)], h_tilde, atol=1e-3)
+
+
+def test_a_sentence_longer_than_the_carry_hands_on_its_last_states():
+    model, batch = rnn("shared", "target", carry_tokens=2), doc_batch()
+    batch[CARRY_KEY] = model.initial_carry(batch)
+    carry = model.loss_terms(batch, output_loss(model)).carry
+    h, _ = model.run_decoder(batch["tgt_in"], model.encode(batch).initial)
+    assert torch.allclose(carry["target"].states[1], h[1, 4:7], atol=1e-6)  # 7 steps (<bos> + 6): the last 3
+
+
+def test_changing_one_rows_carry_changes_only_that_rows_output():
+    model, batch = rnn("shared", "mix"), doc_batch()
+    carry = previous_carry(model, batch)
+    reference = model({**batch, CARRY_KEY: carry})
+    changed = map_tensors(Tensor.clone, carry)
+    for memory in changed.values():
+        memory.states[0] = torch.randn_like(memory.states[0]).masked_fill(memory.pad[0][:, None], 0.0)
+    logits = model({**batch, CARRY_KEY: changed})
+    assert not torch.allclose(logits[0], reference[0], atol=1e-4)
+    assert torch.equal(logits[1:], reference[1:])
+
+
+def test_each_document_receives_its_own_previous_sentence_across_batches():
+    """Documents 10, 11, 12 at position 0; then 12 and 10 at position 1 (11 ended, rows moved) and
+    13, a new document: each reads what its own previous sentence handed on, 13 the empty memory."""
+    model = rnn("shared", "mix")
+    carried, loss = CarriedState(), output_loss(model)
+
+    def step(batch: dict[str, Tensor], docs: list[int], positions: list[int]):
+        batch = {**batch, "doc_index": torch.tensor(docs), "pos_in_doc": torch.tensor(positions)}
+        batch[CARRY_KEY] = carried.rows(batch, model.initial_carry(batch))
+        terms = model.loss_terms(batch, loss)
+        carried.keep(batch, terms.carry)
+        return batch, terms.carry
+
+    first = {k: v[:3] for k, v in doc_batch(seed=1).items()}
+    _, handed_on = step(first, [10, 11, 12], [0, 0, 0])
+    second, _ = step({k: v[:3] for k, v in doc_batch(seed=2).items()}, [12, 10, 13], [1, 1, 0])
+    for side in ("source", "target"):
+        received, sent = second[CARRY_KEY][side], handed_on[side]
+        assert torch.equal(received.states[:2], sent.states[[2, 0]])
+        assert torch.equal(received.pad[:2], sent.pad[[2, 0]])
+        assert received.pad[2].all() and not received.states.requires_grad
+
+
+# ---------------------------------------------------------------- configuration
+def test_the_preset_ties_the_model_side_to_the_batches_and_the_carry_to_max_len():
+    cfg = compose(None, ["model.arch=yk_rnn", "model.context=shared", "context.side=mix"], profile="tiny")
+    assert (cfg.model.context_side, cfg.model.carry_tokens) == ("mix", cfg.data.max_len)
+    assert (cfg.data.document_order, cfg.vocab.joint, cfg.model.share_embeddings) == (True, False, False)
+    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), 30, 40)
+    assert type(module.model) is SharedContextRNN and type(module.model).carries_state
+    assert type(copy.deepcopy(module.model)) is SharedContextRNN
+    baseline = DocMTModule.build_model(compose(None, ["model.arch=yk_rnn"], profile="tiny").model, 30, 40)
+    assert type(baseline) is YKRNNSeq2Seq and not type(baseline).carries_state
+    names = YKRNNSeq2Seq.parameter_names(model_config(cfg.model))  # on the meta device
+    assert "attn_hidden.context.weight" in names and not any(n.startswith("context_encoders") for n in names)
+
+
+@pytest.mark.parametrize("overrides,key", [({"dec_layers": 1}, "model.dec_layers"),
+                                           ({"context": "both"}, "model.context"),
+                                           ({"context_side": "left"}, "model.context_side"),
+                                           ({"d_model": 15}, "model.d_model"),
+                                           ({"tie_output": True, "embed_dim": 8}, "model.tie_output")])
+def test_settings_the_model_cannot_be_built_with_name_their_key(overrides, key):
+    with pytest.raises(DocMTInputError, match=f"key '{key}'"):
+        rnn(**overrides)
+
+
+def test_a_separated_model_without_its_context_tokens_names_the_setting():
+    batch = {k: v for k, v in doc_batch().items() if k != "ctx_tgt"}
+    with pytest.raises(DocMTInputError, match="key 'context.prev_sentences'.*context.side=target"):
+        rnn("separated", "target")(batch)
+
+
+# ---------------------------------------------------------------- tiny fits
+TINY_FIT = ["model.arch=yk_rnn", "train.max_steps=6", "train.val_every_steps=3", "eval.valid_bleu=true",
+            "eval.valid_beam=2"]
+
+
+@pytest.fixture(scope="module")
+def baseline_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("baseline")
+    with single_process_run_env():
+        fit_stage(tiny_config(root, *TINY_FIT), "main", root / "run")
+    return root / "run" / "checkpoints" / "last.ckpt"
+
+
+@pytest.mark.parametrize("variant,encoder_sides", [
+    (["model.context=shared", "context.side=mix"], set()),
+    (["model.context=separated", "context.side=target", "context.prev_sentences=1"], {"target"})])
+def test_a_context_model_starts_from_the_baseline_trains_and_decodes_in_document_order(
+        tmp_path, baseline_checkpoint, variant, encoder_sides):
+    """Reading Y7 through `init_from`: only the new parameters are missing from the baseline."""
+    cfg = tiny_config(tmp_path, *TINY_FIT, *variant)
+    sizes = read_checkpoint(baseline_checkpoint)["hyper_parameters"]
+    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), sizes["src_vocab_size"], sizes["tgt_vocab_size"])
+    missing = load_weights(module, baseline_checkpoint, init_from="train.stages.main.init_from")
+    check_only_new_parameters_missing(missing, encoder_sides, prefix="model.")
+    with single_process_run_env():
+        fit = fit_stage(cfg, "main", tmp_path / "run", init_from=baseline_checkpoint)
+    metrics = fit.trainer.callback_metrics
+    assert torch.isfinite(metrics["train/loss"]) and torch.isfinite(metrics["val/loss"]) and "val/bleu" in metrics
+    if fit.module._train_carry is not None:
+        handed_on = fit.module._train_carry.state_dict()["value"]
+        assert {side: m.states.shape[1:] for side, m in handed_on.items()} == {
+            side: (cfg.data.max_len + 1, cfg.model.d_model) for side in ("source", "target")}
