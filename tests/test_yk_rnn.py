@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -366,3 +367,47 @@ def test_a_context_model_starts_from_the_baseline_trains_and_decodes_in_document
         handed_on = fit.module._train_carry.state_dict()["value"]
         assert {side: m.states.shape[1:] for side, m in handed_on.items()} == {
             side: (cfg.data.max_len + 1, cfg.model.d_model) for side in ("source", "target")}
+
+
+# ---------------------------------------------------------------- decoding from the model's own output
+@pytest.mark.parametrize("side", ["target", "mix"])
+def test_the_target_carry_after_decoding_is_that_of_the_emitted_hypothesis(side):
+    """Trap 14: the next sentence reads the decoder states of what was output. Two hypotheses that
+    differ in one token hand on different states, each equal to the teacher-forced states of its own
+    tokens, and neither is the reference's."""
+    model, batch = rnn("shared", side), doc_batch()
+    batch = {**batch, CARRY_KEY: model.initial_carry(batch)}
+    reference = model.loss_terms(batch, output_loss(model)).carry["target"]
+    first = [[7, 8, 9], [5], [6, 6], [10, 11]]
+    second = [[7, 8, 12], [5], [6, 6], [10, 11]]  # row 0's last token differs
+    carries = [model.output_carry(batch, hyps)["target"] for hyps in (first, second)]
+    for hyps, carry in zip((first, second), carries):
+        forced = {**batch, "tgt_in": padded([[2, *h] for h in hyps]), "tgt_out": padded([[*h, EOS_ID] for h in hyps])}
+        expected = model.loss_terms(forced, output_loss(model)).carry["target"]
+        assert torch.equal(carry.pad, expected.pad) and torch.allclose(carry.states, expected.states, atol=1e-6)
+    assert not torch.allclose(carries[0].states[0], carries[1].states[0])
+    assert torch.allclose(carries[0].states[1:], carries[1].states[1:], atol=1e-6)
+    assert not torch.allclose(carries[0].states, reference.states[:, : carries[0].states.size(1)])
+    assert rnn("shared", "source").output_carry(batch, first) is None  # source states: nothing to redo
+
+
+def test_the_evaluation_loop_hands_on_the_hypothesis_states():
+    """`DocMTModule._eval_step` keeps, for the next batch, `output_carry` of the beam's 1-best, not
+    the teacher-forced carry of the reference."""
+    cfg = tiny_config(Path("/nonexistent"), "model.arch=yk_rnn", "model.context=shared", "context.side=target",
+                      "data.document_order=true", "model.dropout=0.0")
+    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), VOCAB, VOCAB).eval()
+    module._trainer = SimpleNamespace(datamodule=SimpleNamespace(tgt_vocab=SimpleNamespace(decode=str)))
+    hypotheses = [[7, 8], [5], [6], [9, 9, 9]]
+    module.translate_batch = lambda batch, beam: hypotheses  # what a beam search emitted
+    batch = {**doc_batch(), "doc_index": torch.arange(4), "pos_in_doc": torch.zeros(4, dtype=torch.long),
+             "sent_index": torch.arange(4)}
+    module._reset_eval()
+    with torch.no_grad():
+        module._eval_step(batch, beam=2)
+        seen = {**batch, CARRY_KEY: module.model.initial_carry(batch)}  # first sentences
+        expected = module.model.output_carry(seen, hypotheses)["target"]
+        reference = module.model.loss_terms(seen, output_loss(module.model)).carry["target"]
+    kept = module._eval_carry._value["target"]
+    assert torch.allclose(kept.states, expected.states, atol=1e-6)
+    assert not torch.allclose(kept.states, reference.states[:, : kept.states.size(1)], atol=1e-3)

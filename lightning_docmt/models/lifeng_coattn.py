@@ -35,6 +35,8 @@ Readings (docs/papers/lifeng2019.md section 7):
 - NOT IN PAPER, L18: `rl.lr_scale` sets the theta_r phase's lr apart from the stage's.
 - NOT IN PAPER, L19: `rl.selection_cost` (default 0, the paper's objective) charges each kept token
   in the reward: log R' = log P(y | z) - cost * |z|.
+- NOT IN PAPER, L20: `rl.entropy_weight` (default 0) adds an entropy bonus to the theta_r loss, which
+  keeps the policy exploring.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ class ReinforceConfig:
     samples: int = 4  # Monte-Carlo draws of z per sentence (not in the paper)
     lr_scale: float = 1.0  # the theta_r phase's lr over the stage's (reading L18)
     selection_cost: float = 0.0  # nats of reward per kept context token (reading L19; 0: the paper's)
+    entropy_weight: float = 0.0  # weight of the policy's entropy bonus (reading L20; 0: the paper's)
 
 
 @dataclass
@@ -240,6 +243,7 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
         log_reward = log_prob_y - self.cfg.rl.selection_cost * kept  # reading L19
         advantage = advantages(log_reward, lengths, self.cfg.rl.reward)  # (B, S)
         loss = policy_loss(selection.log_prob.view(-1, samples), advantage)
+        loss = loss - self.cfg.rl.entropy_weight * selection.entropy.view(-1, samples).mean(1).sum()  # reading L20
         stats = self.selection_stats(selection, repeated)
         stats.update({"reward_mean": log_prob_y.mean(), "reward_var": log_prob_y.var(dim=1).mean()})
         tokens = lengths[:, 0].sum()

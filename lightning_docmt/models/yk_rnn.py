@@ -40,10 +40,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
+import torch
 from torch import Tensor, nn
 
 from lightning_docmt.config.schema import ModelConfig
-from lightning_docmt.data.batch import EOS_ID, PAD_ID
+from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.lstm import BiLSTMEncoder, LSTMState, between_layers
 from lightning_docmt.nn.luong_attention import AttentionalHidden, Memory, dot_attention
@@ -225,6 +226,21 @@ class SharedContextRNN(YKRNNSeq2Seq):
         `tgt_in` is `<bos>` + the 1-best hypothesis and h its `run_decoder` states (reading Y4)."""
         saved = {"source": Memory(state.memory, state.memory_pad), "target": Memory(h, tgt_in.eq(PAD_ID))}
         return {side: saved[side].last(self.carry_positions) for side in self.sides}
+
+    def output_carry(self, batch: dict[str, Tensor], hypotheses: list[list[int]]) -> Optional[dict[str, Memory]]:
+        """With a target side: `next_carry` over `<bos>` + each row's 1-best hypothesis (trap 14: at
+        test time the previous sentence's decoder states are those of what was output). The decoder
+        is recomputed over the hypothesis, which equals the states its beam held (incremental
+        decoding is the full forward), so the beam need not carry them."""
+        if "target" not in self.sides:
+            return None
+        width = max(len(h) for h in hypotheses) + 1
+        tgt_in = torch.full((len(hypotheses), width), PAD_ID, dtype=torch.long, device=batch["src"].device)
+        for row, tokens in enumerate(hypotheses):  # (B, T): <bos> + the hypothesis, right-padded
+            tgt_in[row, :len(tokens) + 1] = torch.tensor([BOS_ID, *tokens], dtype=torch.long)
+        state = self.encode(batch)
+        h, _ = self.run_decoder(tgt_in, state.initial)  # (B, T, H)
+        return self.next_carry(state, tgt_in, h)
 
     def loss_terms(self, batch: dict[str, Tensor], output_loss: OutputLoss,
                    phase: str | None = None) -> LossTerms:

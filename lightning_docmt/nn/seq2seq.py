@@ -148,6 +148,13 @@ class Seq2SeqModel(nn.Module):
         are mixed in one batch."""
         raise NotImplementedError(f"{type(self).__name__} carries no state")
 
+    def output_carry(self, batch: dict[str, Tensor], hypotheses: list[list[int]]) -> Any:
+        """Models with `carries_state` whose state depends on the target: the state each row hands to
+        the next sentence of its document when `hypotheses` (token ids, no `<bos>`/`<eos>`) were
+        output for `batch`, so that decoding reads what the model translated, not the reference.
+        None (the default): the teacher-forced carry of `loss_terms` stands (e.g. source states)."""
+        return None
+
     def kept_context_tokens(self, batch: dict[str, Tensor]) -> list[list[int]] | None:
         """Per row of `batch`, the ids of the context tokens a hard selection keeps for it, in order
         (`docmt translate --explain`); None (the default): the model selects no tokens."""

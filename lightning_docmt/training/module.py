@@ -23,7 +23,10 @@ The model's training hooks (`nn/training_hooks.py`, the Lightning side in `model
   optimizer and its scheduler, and discards every gradient (`phase_update`). The phase state
   travels in checkpoints.
 - `carries_state`: a `CarriedState` per loop passes each sentence's state to the next sentence of
-  its document; the training one travels in checkpoints, per rank.
+  its document; the training one travels in checkpoints, per rank. When an evaluation loop decodes,
+  the state handed on is the model's `output_carry` of the 1-best hypotheses where it has one
+  (target-side states), so a document is translated from its own outputs; a loss-only validation
+  hands on the teacher-forced state.
 """
 
 from __future__ import annotations
@@ -368,6 +371,10 @@ class DocMTModule(pl.LightningModule):
         hypotheses = self.translate_batch(batch, beam=beam)  # token lists: the device has finished
         self._decode_stats += torch.tensor([time.perf_counter() - started, len(hypotheses)],
                                            dtype=torch.float64)
+        if self._eval_carry is not None:  # the next sentence reads what was output, not the reference
+            carry = self.model.output_carry(batch, hypotheses)
+            if carry is not None:
+                self._eval_carry.keep(batch, carry)
         for sent, doc, ids in zip(batch["sent_index"].tolist(), batch["doc_index"].tolist(),
                                   hypotheses):
             self._eval_records.append((sent, doc, vocab.decode(ids)))
