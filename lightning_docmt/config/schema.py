@@ -140,6 +140,7 @@ class StageConfig:
     arch: Optional[str] = None  # None: model.arch; e.g. stage 1 of Zhang's two-step is a transformer
     data: dict[str, Any] = field(default_factory=dict)  # overrides of `data.*` for this stage
     optim: dict[str, Any] = field(default_factory=dict)  # overrides of `train.optim.*` for this stage
+    model: dict[str, Any] = field(default_factory=dict)  # overrides of `model.*` for this stage (deep-merged)
     trainable: list[str] = field(default_factory=lambda: ["*"])  # parameter-name globs; the rest is frozen
     unfreeze: list[UnfreezeConfig] = field(default_factory=list)  # later unfreezing milestones
     init_from: Optional[str] = None  # a previous stage name or a checkpoint path

@@ -68,7 +68,8 @@ class StageResult:
 
 
 def stage_config(cfg: DictConfig, name: str) -> DictConfig:
-    """The run config as seen by one stage: the stage's `data` and `optim` overrides and `arch` applied.
+    """The run config as seen by one stage: the stage's `data`, `optim` and `model` overrides and
+    `arch` applied (`model` deep-merged, e.g. `{rl: {selection_cost: 0.02}}` keeps the other `rl` keys).
 
     A stage with another architecture (stage 1 of Zhang's two-step is a `transformer`) keeps the
     run's shared sizes and drops the options its own config class does not have. An architecture
@@ -85,7 +86,12 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     if not entry.model_class.reads_context:
         container["context"] = dataclasses.asdict(ContextConfig())
     fields = {f.name for f in dataclasses.fields(config_class)}
-    container["model"] = {k: v for k, v in container["model"].items() if k in fields}
+    unknown = sorted(set(stage.model) - fields)
+    if unknown:
+        raise DocMTInputError(f"model.arch '{arch}' has no option '{unknown[0]}'",
+                              key=f"train.stages.{name}.model.{unknown[0]}")
+    container["model"] = OmegaConf.to_container(OmegaConf.merge(
+        {k: v for k, v in container["model"].items() if k in fields}, stage.model), resolve=True)
     container["model"]["arch"] = arch
     scfg = OmegaConf.structured(RunConfig(model=config_class(arch=arch)))
     scfg.merge_with(container)

@@ -1,0 +1,28 @@
+"""`train.stages.<name>.model`: a stage's own `model.*` settings (`training/run.stage_config`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.training import run as train
+from tests.stage_fits import tiny_config
+
+COATTN = ["model.arch=lifeng_coattn", "context.prev_sentences=2", "model.rl.lr_scale=0.1",
+          "train.stages.coattn={arch: lifeng_coattn}",
+          "train.stages.sparse={arch: lifeng_coattn, init_from: coattn, model: {rl: {selection_cost: 0.02}}}",
+          "train.schedule=[coattn,sparse]"]
+
+
+def test_a_stage_model_setting_is_deep_merged_into_that_stage_only(tmp_path):
+    cfg = tiny_config(tmp_path, *COATTN)
+    first, second = train.stage_config(cfg, "coattn"), train.stage_config(cfg, "sparse")
+    assert first.model.rl.selection_cost == 0.0 and second.model.rl.selection_cost == 0.02
+    assert second.model.rl.lr_scale == 0.1 and second.model.rl.reward == "seq_prob"  # the rest of rl kept
+    assert train.stage_key(first, "coattn", "") != train.stage_key(second, "coattn", "")
+
+
+def test_a_stage_model_setting_the_stage_arch_lacks_names_its_key(tmp_path):
+    cfg = tiny_config(tmp_path, "train.stages.main.model={rl: {samples: 2}}")  # a transformer run
+    with pytest.raises(DocMTInputError, match=r"train\.stages\.main\.model\.rl"):
+        train.stage_config(cfg, "main")
