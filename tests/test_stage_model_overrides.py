@@ -26,3 +26,23 @@ def test_a_stage_model_setting_the_stage_arch_lacks_names_its_key(tmp_path):
     cfg = tiny_config(tmp_path, "train.stages.main.model={rl: {samples: 2}}")  # a transformer run
     with pytest.raises(DocMTInputError, match=r"train\.stages\.main\.model\.rl"):
         train.stage_config(cfg, "main")
+
+
+def test_the_optimizer_is_selectable_and_the_rnn_preset_uses_adagrad(tmp_path):
+    from omegaconf import OmegaConf
+    import torch
+    from lightning_docmt.training.module import DocMTModule
+
+    from lightning_docmt.config import composition as config_lib
+
+    paper = config_lib.compose(None, ["model.arch=yk_rnn"]).train.optim  # no profile: the preset's
+    assert (paper.optimizer, paper.lr, paper.schedule) == ("adagrad", 0.01, "constant")
+    cfg = tiny_config(tmp_path, "model.arch=yk_rnn")
+    assert cfg.train.optim.optimizer == "adagrad"  # a profile's lr and schedule leave the optimizer
+    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), 23, 23)
+    optimizer, _ = module.build_optimizer([(list(module.parameters()), 0.01)], stage_steps=10)
+    assert isinstance(optimizer, torch.optim.Adagrad)
+    assert isinstance(DocMTModule(OmegaConf.to_container(tiny_config(tmp_path), resolve=True), 23, 23)
+                      .build_optimizer([([torch.nn.Parameter(torch.zeros(1))], 1.0)], 10)[0], torch.optim.Adam)
+    with pytest.raises(DocMTInputError, match="train.optim.optimizer"):
+        tiny_config(tmp_path, "train.optim.optimizer=sgd")

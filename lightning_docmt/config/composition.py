@@ -53,6 +53,8 @@ from lightning_docmt.config.schema import DataConfig, OptimConfig, RunConfig
 from lightning_docmt.training.schedules import SCHEDULES
 from lightning_docmt.config.yaml_file import YamlFile
 
+OPTIMIZERS = ("adam", "adagrad")  # train.optim.optimizer
+
 CONFIG_DIR = Path(__file__).resolve().parent  # base.yaml, arch/, profiles/
 RESOLVED_KEY = "docmt_resolved"
 CONFIG_FILENAME = "config.yaml"
@@ -340,6 +342,9 @@ def _validate(cfg: DictConfig) -> None:
             raise DocMTInputError(f"stage '{name}' is not defined in train.stages; {hint}",
                                   key="train.schedule")
     _check_schedule(cfg.train.optim.schedule, "train.optim.schedule")
+    if cfg.train.optim.optimizer not in OPTIMIZERS:
+        raise DocMTInputError(f"must be one of {', '.join(OPTIMIZERS)}, got {cfg.train.optim.optimizer!r}",
+                              key="train.optim.optimizer")
     for name, stage in stages.items():
         for section, owner, config_class in (("data", "data", DataConfig),
                                              ("optim", "train.optim", OptimConfig)):
@@ -352,6 +357,9 @@ def _validate(cfg: DictConfig) -> None:
                                           key=f"train.stages.{name}.{section}.{key}")
         if "schedule" in stage.optim:
             _check_schedule(stage.optim.schedule, f"train.stages.{name}.optim.schedule")
+        if stage.optim.get("optimizer", "adam") not in OPTIMIZERS:
+            raise DocMTInputError(f"must be one of {', '.join(OPTIMIZERS)}, got {stage.optim.optimizer!r}",
+                                  key=f"train.stages.{name}.optim.optimizer")
         if stage.lr is not None and "lr" in stage.optim:
             raise DocMTInputError(f"the stage's lr is set twice; keep train.stages.{name}.lr or "
                                   f"train.stages.{name}.optim.lr", key=f"train.stages.{name}.optim.lr")

@@ -106,6 +106,7 @@ class ModelConfig:
 class OptimConfig:
     """Adam + warmup schedule (docs/design.md section 7)."""
 
+    optimizer: str = "adam"  # adam | adagrad (Yamagishi & Komachi; `betas` unused)
     lr: float = 1.0  # inverse_sqrt: multiplier of d_model^-0.5 * min(t^-0.5, t*w^-1.5); else peak lr
     schedule: str = "inverse_sqrt"  # inverse_sqrt | linear_warmup_inverse_sqrt | linear_warmup_linear_decay | constant
     warmup_steps: int = 4000

@@ -18,7 +18,7 @@ the accumulation (`update_size.py`).
 
 The model's training hooks (`nn/training_hooks.py`, the Lightning side in `model_hooks.py`):
 - `loss_terms`: the loss of a batch, in the current optimizer phase during training.
-- `optimizer_phases`: the module switches to manual optimisation with one Adam per phase; each
+- `optimizer_phases`: the module switches to manual optimisation with one optimizer per phase; each
   training step backpropagates, clips (`train.optim.clip_norm`), steps the current phase's
   optimizer and its scheduler, and discards every gradient (`phase_update`). The phase state
   travels in checkpoints.
@@ -245,24 +245,29 @@ class DocMTModule(pl.LightningModule):
                          d_model=self.cfg.model.d_model, step_offset=self.step_offset,
                          stage_steps=self.trainer.max_steps if stage_steps is None else stage_steps)
 
-    def adam(self, groups: list[tuple[list[torch.nn.Parameter], float]], stage_steps: int | None = None
-             ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
-        """Adam over the (params, lr) `groups`, base lr 1.0, with one LambdaLR multiplier per group."""
+    def build_optimizer(self, groups: list[tuple[list[torch.nn.Parameter], float]], stage_steps: int | None = None
+                        ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+        """The `train.optim.optimizer` (Adam, or AdaGrad for Yamagishi & Komachi's RNN) over the
+        (params, lr) `groups`, base lr 1.0, with one LambdaLR multiplier per group."""
         optim_cfg = self.cfg.train.optim
-        optimizer = torch.optim.Adam([{"params": params} for params, _ in groups], lr=1.0,
-                                     betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
-                                     weight_decay=optim_cfg.weight_decay)
+        params = [{"params": p} for p, _ in groups]
+        if optim_cfg.optimizer == "adagrad":
+            optimizer = torch.optim.Adagrad(params, lr=1.0, eps=optim_cfg.eps,
+                                            weight_decay=optim_cfg.weight_decay)
+        else:
+            optimizer = torch.optim.Adam(params, lr=1.0, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
+                                         weight_decay=optim_cfg.weight_decay)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, [self.lr_multiplier(lr, stage_steps) for _, lr in groups])
         return optimizer, scheduler
 
     def configure_optimizers(self):
-        """Adam over the trainable parameters only (frozen ones stay out).
+        """The optimizer (`build_optimizer`) over the trainable parameters only (frozen ones stay out).
 
-        Without optimizer phases: one Adam. Group 0 holds every trainable parameter at the stage's
+        Without optimizer phases: one optimizer. Group 0 holds every trainable parameter at the stage's
         lr; each group split off by `add_param_group` (a milestone of `StagedUnfreezing`) follows
         with its own lr.
-        With phases: one Adam per phase over its trainable parameters (`phase_parameter_names`), at
+        With phases: one optimizer per phase over its trainable parameters (`phase_parameter_names`), at
         the stage's lr times the phase's `lr_scale`. A phase's schedule counts the phase's own updates, so that each optimizer
         warms up over its first updates, and a decaying schedule ends at the phase's last update
         of the stage (its share of `max_steps`).
@@ -270,14 +275,14 @@ class DocMTModule(pl.LightningModule):
         if self.phases is not None:
             named = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
             per_phase = phase_parameter_names(self.phases.phases, list(named), key="model.arch")
-            built = [self.adam([([named[n] for n in names], self.stage_lr * phase.lr_scale)],
+            built = [self.build_optimizer([([named[n] for n in names], self.stage_lr * phase.lr_scale)],
                                self.phases.updates_within(index, self.trainer.max_steps))
                      for index, (phase, names) in enumerate(zip(self.phases.phases, per_phase))]
             return ([optimizer for optimizer, _ in built],
                     [{"scheduler": scheduler, "interval": "step"} for _, scheduler in built])
         split = {id(p) for params, _ in self.extra_param_groups for p in params}
         base = [p for p in self.parameters() if p.requires_grad and id(p) not in split]  # frozen params stay out
-        optimizer, scheduler = self.adam([(base, self.stage_lr), *self.extra_param_groups])
+        optimizer, scheduler = self.build_optimizer([(base, self.stage_lr), *self.extra_param_groups])
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def add_param_group(self, params: list[torch.nn.Parameter], lr: float) -> None:
