@@ -388,7 +388,10 @@ def test_the_target_carry_after_decoding_is_that_of_the_emitted_hypothesis(side)
     assert not torch.allclose(carries[0].states[0], carries[1].states[0])
     assert torch.allclose(carries[0].states[1:], carries[1].states[1:], atol=1e-6)
     assert not torch.allclose(carries[0].states, reference.states[:, : carries[0].states.size(1)])
-    assert rnn("shared", "source").output_carry(batch, first) is None  # source states: nothing to redo
+    source_only = rnn("shared", "source")
+    batch = {**batch, CARRY_KEY: source_only.initial_carry(batch)}
+    taught = source_only.loss_terms(batch, output_loss(source_only)).carry["source"]
+    assert torch.allclose(source_only.output_carry(batch, first)["source"].states, taught.states)  # the encoder's
 
 
 def test_the_evaluation_loop_hands_on_the_hypothesis_states():
@@ -411,3 +414,44 @@ def test_the_evaluation_loop_hands_on_the_hypothesis_states():
     kept = module._eval_carry._value["target"]
     assert torch.allclose(kept.states, expected.states, atol=1e-6)
     assert not torch.allclose(kept.states, reference.states[:, : kept.states.size(1)], atol=1e-3)
+
+
+def test_translation_walks_each_document_in_order_and_batching_documents_is_invisible(tmp_path):
+    """`docmt translate` of a shared-mix model: each document in order, sentence j reading the
+    states of the model's own sentence j - 1; translating documents side by side gives each one's
+    translation alone, and a document's first sentence is translated as with no context."""
+    from lightning_docmt.data.types import Document
+    from lightning_docmt.data.vocab import WordVocab
+    from lightning_docmt.inference.translate import LoadedModel, translate_documents
+
+    words = [f"w{i}" for i in range(VOCAB - 5)]  # 5 specials: ids 0..VOCAB-1 in all
+    cfg = tiny_config(tmp_path, "model.arch=yk_rnn", "model.context=shared", "context.side=mix",
+                      "data.document_order=true", "model.d_model=16", "decode.max_len_b=4")
+    torch.manual_seed(3)
+    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), VOCAB, VOCAB).eval()
+    model = LoadedModel(module, cfg, WordVocab(words), WordVocab(words))
+    g = torch.Generator().manual_seed(0)
+    documents = [Document(f"d{d}", [" ".join(words[i] for i in torch.randint(0, len(words), (n,), generator=g).tolist())
+                                    for n in lengths], [""] * len(lengths))
+                 for d, lengths in enumerate([[3, 5, 2], [4], [2, 6, 3, 1]])]
+    together = translate_documents(model, documents, beam=2, len_penalty=0.6)
+    assert [len(t) for t in together] == [3, 1, 4]
+    for document, translation in zip(documents, together):
+        assert translate_documents(model, [document], beam=2, len_penalty=0.6) == [translation]
+    seen = []  # (batch, outputs) of every decoded batch, in order
+    decode = module.translate_batch
+    module.translate_batch = lambda batch, **kw: seen.append((batch, decode(batch, **kw))) or seen[-1][1]
+    assert translate_documents(model, documents, beam=2, len_penalty=0.6) == together
+    by_sentence = {}  # sent_index -> (the carry it read, the carry its output hands on)
+    for batch, outputs in seen:
+        handed_on = module.model.output_carry(batch, outputs)
+        for row, sent in enumerate(batch["sent_index"].tolist()):
+            by_sentence[sent] = (select_rows(batch[CARRY_KEY], torch.tensor([row])),
+                                 select_rows(handed_on, torch.tensor([row])))
+    starts = [0, 3, 4]  # sent_index of each document's first sentence
+    for sent, (read, _) in by_sentence.items():
+        expected = module.model.initial_carry({"src": torch.zeros(1, 1, dtype=torch.long)}) if sent in starts \
+            else by_sentence[sent - 1][1]  # what the model's own previous translation handed on
+        for side in ("source", "target"):
+            assert torch.equal(read[side].pad, expected[side].pad), (sent, side)
+            assert torch.allclose(read[side].states, expected[side].states, atol=1e-6), (sent, side)

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_docmt.data.cache import BinarizedSplit, build_cache, load_cache
 from lightning_docmt.data.collate import collate, row_lengths
 from lightning_docmt.data.context_anchors import ContextAnchors
+from lightning_docmt.data.doc_sampler import DocumentOrderBatchSampler
 from lightning_docmt.data.sampler import TokenBudgetBatchSampler
 from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
 from lightning_docmt.data.types import Document
@@ -29,7 +30,11 @@ from lightning_docmt.data.vocab import Vocabulary
 from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.reference_context import check_no_reference_target
+from lightning_docmt.nn.training_hooks import CARRY_KEY
+from lightning_docmt.training.model_hooks import CarriedState
 from lightning_docmt.training.module import DocMTModule
+
+DOCUMENTS_PER_BATCH = 128  # document-order translation: the documents decoded side by side
 
 @dataclass
 class LoadedModel:
@@ -71,8 +76,9 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
 
 def check_sentence_by_sentence(model: LoadedModel, what: str) -> None:
     """A model that hands a state from each sentence to the next (`carries_state`) is decoded in
-    document order only by the test loop (`docmt test`); `what` (translation, contrastive scoring)
-    decodes length-sorted batches, so it is an error naming `model.arch`."""
+    document order only by the test loop (`docmt test`) and `translate_documents`; `what`
+    (contrastive scoring, explaining a selection) takes sentences out of their documents, so it is
+    an error naming `model.arch`."""
     if type(model.module.model).carries_state:
         raise DocMTInputError(f"{what} of a model that carries state from sentence to sentence "
                               f"('{model.cfg.model.arch}') needs document-order decoding, which "
@@ -126,19 +132,48 @@ def explain_selection(model: LoadedModel, documents: Sequence[Document]) -> list
     return explained
 
 
+def document_order_batches(split: BinarizedSplit, window: WindowSpec, device: torch.device,
+                           max_documents: int = DOCUMENTS_PER_BATCH) -> Iterator[dict[str, torch.Tensor]]:
+    """Batches holding sentence j of up to `max_documents` documents, j = 0, 1, ... per group of
+    documents (`data/doc_sampler.py`, unshuffled), on `device`."""
+    sampler = DocumentOrderBatchSampler(split.doc_offsets, np.arange(split.n_sentences), max_documents,
+                                        shuffle=False)
+    for batch_indices in sampler:
+        yield {k: v.to(device) for k, v in collate(split, batch_indices, window).items()}
+
+
 @torch.no_grad()
 def translate_documents(model: LoadedModel, documents: Sequence[Document], *, beam: int,
                         len_penalty: float) -> list[list[str]]:
-    """Detokenised translations of every sentence, grouped by document, in input order."""
+    """Detokenised translations of every sentence, grouped by document, in input order.
+
+    A model that carries a state from sentence to sentence (`carries_state`, e.g. the shared-context
+    RNN) translates each document in order: sentence j reads the state that the model's own
+    translation of sentence j - 1 handed on (`Seq2SeqModel.output_carry`), never a reference.
+    Other models translate length-sorted batches."""
     check_no_reference_target(model.cfg, "translation")
-    check_sentence_by_sentence(model, "translation")
+    network = model.module.model
+    carry = CarriedState() if type(network).carries_state else None
     with tempfile.TemporaryDirectory() as tmp:
         split = binarize_documents(documents, model, Path(tmp))
         hyps: list[str] = [""] * split.n_sentences
-        indices = np.arange(split.n_sentences)
-        for batch in batches(split, indices, model.window, model.cfg.decode.batch_max_tokens, model.device):
-            for i, ids in zip(batch["sent_index"].tolist(),
-                              model.module.translate_batch(batch, beam=beam, len_penalty=len_penalty)):
+        if carry is None:
+            loader = batches(split, np.arange(split.n_sentences), model.window,
+                             model.cfg.decode.batch_max_tokens, model.device)
+        else:
+            loader = document_order_batches(split, model.window, model.device)
+        for batch in loader:
+            if carry is not None:
+                batch = {**batch, CARRY_KEY: carry.rows(batch, network.initial_carry(batch))}
+            outputs = model.module.translate_batch(batch, beam=beam, len_penalty=len_penalty)
+            if carry is not None:
+                handed_on = network.output_carry(batch, outputs)
+                if handed_on is None:
+                    raise DocMTInputError(f"model.arch '{model.cfg.model.arch}' carries a state but "
+                                          f"says nothing of what its output hands on (output_carry)",
+                                          key="model.arch")
+                carry.keep(batch, handed_on)
+            for i, ids in zip(batch["sent_index"].tolist(), outputs):
                 hyps[i] = model.tgt_vocab.decode(ids)
         bounds = split.doc_offsets
     return [hyps[bounds[d]:bounds[d + 1]] for d in range(len(documents))]

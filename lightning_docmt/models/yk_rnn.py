@@ -227,13 +227,11 @@ class SharedContextRNN(YKRNNSeq2Seq):
         saved = {"source": Memory(state.memory, state.memory_pad), "target": Memory(h, tgt_in.eq(PAD_ID))}
         return {side: saved[side].last(self.carry_positions) for side in self.sides}
 
-    def output_carry(self, batch: dict[str, Tensor], hypotheses: list[list[int]]) -> Optional[dict[str, Memory]]:
-        """With a target side: `next_carry` over `<bos>` + each row's 1-best hypothesis (trap 14: at
-        test time the previous sentence's decoder states are those of what was output). The decoder
-        is recomputed over the hypothesis, which equals the states its beam held (incremental
-        decoding is the full forward), so the beam need not carry them."""
-        if "target" not in self.sides:
-            return None
+    def output_carry(self, batch: dict[str, Tensor], hypotheses: list[list[int]]) -> dict[str, Memory]:
+        """`next_carry` over `<bos>` + each row's 1-best hypothesis: the target side's decoder states
+        are those of what was output (trap 14), the source side's the encoder states as in
+        training. The decoder is recomputed over the hypothesis, which equals the states its beam
+        held (incremental decoding is the full forward), so the beam need not carry them."""
         width = max(len(h) for h in hypotheses) + 1
         tgt_in = torch.full((len(hypotheses), width), PAD_ID, dtype=torch.long, device=batch["src"].device)
         for row, tokens in enumerate(hypotheses):  # (B, T): <bos> + the hypothesis, right-padded
