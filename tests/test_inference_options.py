@@ -16,6 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from lightning_docmt.data.batch import EOS_ID, PAD_ID
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.synthetic import write_contrastive_suite
 from lightning_docmt.data.types import Document
@@ -119,12 +120,27 @@ def target_context(run: dict[str, Path]) -> dict[str, Path]:
     return {"run_dir": run_dir, "checkpoint": run_dir / "target.ckpt"}
 
 
-def test_translating_with_target_context_is_refused(run, target_context):
-    output = run["root"] / "never.jsonl"
-    outcome = docmt("translate", "--ckpt", target_context["checkpoint"], "--input", run["source"],
-                    "--output", output)
-    assert_one_error_line(outcome, "context.side", "translation")
-    assert not output.exists()
+def test_translating_with_target_context_reads_the_models_own_previous_translations(target_context):
+    """Each document in order; `ctx_tgt` of sentence j is the translation just output for sentence
+    j - 1 (then `<eos>`), never a reference (the input has none)."""
+    model = load_checkpoint(target_context["checkpoint"])
+    seen = []  # (sent_index, ctx_tgt rows, outputs) per decoded batch
+    decode = model.module.translate_batch
+
+    def recording(batch, **kwargs):
+        outputs = decode(batch, **kwargs)
+        seen.append((batch["sent_index"].tolist(), batch["ctx_tgt"].tolist(), outputs))
+        return outputs
+
+    model.module.translate_batch = recording
+    documents = [Document("a", ["the dog .", "the cat .", "a dog ."], ["", "", ""]),
+                 Document("b", ["the cat ."], [""])]
+    translate_documents(model, documents, beam=2, len_penalty=0.6)
+    output = {i: out for indices, _, outs in seen for i, out in zip(indices, outs)}
+    read = {i: [t for t in row if t != PAD_ID] for indices, rows, _ in seen for i, row in zip(indices, rows)}
+    assert sorted(read) == [0, 1, 2, 3]
+    assert read[0] == read[3] == [EOS_ID]  # first sentences: the empty context
+    assert read[1] == output[0] + [EOS_ID] and read[2] == output[1] + [EOS_ID]
 
 
 def test_testing_with_target_context_is_refused(target_context):

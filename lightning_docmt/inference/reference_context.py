@@ -1,12 +1,11 @@
-"""No reference leak: a model that reads previous TARGET sentences is not tested or used to translate.
+"""No reference leak: a model that reads previous TARGET sentences is not tested with references.
 
 In every batch `ctx_tgt` holds the previous *reference* target sentences (`data/batch.py`): right
 for training (teacher forcing), wrong for testing, where a model would read gold translations of
-the sentences before the one it translates (test BLEU inflated), and `docmt translate`, which has
-no references, fills them with empty strings (the model translates differently from how it was
-tested). Until document-order decoding feeds back the model's own previous translations, test BLEU
-and translation of such a model are errors naming the key. Contrastive suites supply their own
-target context, so contrastive scoring stays allowed.
+the sentences before the one it translates (test BLEU inflated). `docmt translate` decodes such a
+model in document order from its own previous translations (`inference/translate.py`); the test
+loop does not yet, so test BLEU of such a model is an error naming the key. Contrastive suites
+supply their own target context, so contrastive scoring stays allowed.
 """
 
 from __future__ import annotations
@@ -29,6 +28,6 @@ def check_no_reference_target(cfg: DictConfig, what: str) -> None:
     if reads_reference_target(cfg):
         raise DocMTInputError(
             f"{what} of a model with target-side context would read the reference previous "
-            f"sentences (side={cfg.context.side}); it needs document-order decoding of the model's "
-            f"own translations, which this version lacks; score it with contrastive suites "
-            f"(docmt contrastive) instead", key="context.side")
+            f"sentences (side={cfg.context.side}); the test loop does not yet decode from the "
+            f"model's own translations (docmt translate does); score it with contrastive suites "
+            f"(docmt contrastive) or translate the test set", key="context.side")

@@ -29,7 +29,7 @@ from lightning_docmt.checkpoints import VOCAB_KEY, load_state, read_checkpoint, 
 from lightning_docmt.data.vocab import Vocabulary
 from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference.reference_context import check_no_reference_target
+from lightning_docmt.inference.reference_context import reads_reference_target
 from lightning_docmt.nn.training_hooks import CARRY_KEY
 from lightning_docmt.training.model_hooks import CarriedState
 from lightning_docmt.training.module import DocMTModule
@@ -142,38 +142,88 @@ def document_order_batches(split: BinarizedSplit, window: WindowSpec, device: to
         yield {k: v.to(device) for k, v in collate(split, batch_indices, window).items()}
 
 
+class OutputTokens:
+    """The model's own translations so far, in the shape of a `TokenArray` (`ids`, `offsets`,
+    `[i]`): sentence i is empty until it is translated. Read as the target side of a split, it
+    makes `ctx_tgt` hold the model's previous translations instead of references."""
+
+    def __init__(self, n_sentences: int):
+        self._outputs = [np.zeros(0, dtype=np.int64)] * n_sentences
+        self._joined: tuple[np.ndarray, np.ndarray] | None = None
+
+    def record(self, index: int, ids: Sequence[int]) -> None:
+        self._outputs[index] = np.asarray(ids, dtype=np.int64)
+        self._joined = None
+
+    def _join(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._joined is None:
+            lengths = np.array([len(o) for o in self._outputs], dtype=np.int64)
+            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            self._joined = (np.concatenate(self._outputs) if self._outputs else np.zeros(0, np.int64), offsets)
+        return self._joined
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._join()[0]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self._join()[1]
+
+    def __len__(self) -> int:
+        return len(self._outputs)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self._outputs[i]
+
+
+class WithOwnTargets:
+    """A split whose target side is the model's own translations (`OutputTokens`)."""
+
+    def __init__(self, split: BinarizedSplit, outputs: OutputTokens):
+        self._split, self.tgt = split, outputs
+
+    def __getattr__(self, name: str):
+        return getattr(self._split, name)
+
+
 @torch.no_grad()
 def translate_documents(model: LoadedModel, documents: Sequence[Document], *, beam: int,
                         len_penalty: float) -> list[list[str]]:
     """Detokenised translations of every sentence, grouped by document, in input order.
 
-    A model that carries a state from sentence to sentence (`carries_state`, e.g. the shared-context
-    RNN) translates each document in order: sentence j reads the state that the model's own
-    translation of sentence j - 1 handed on (`Seq2SeqModel.output_carry`), never a reference.
-    Other models translate length-sorted batches."""
-    check_no_reference_target(model.cfg, "translation")
+    A model that reads what came before in the target language translates each document in
+    order, never reading a reference: one with target-side context (`ctx_tgt`) reads its own
+    previous translations there, and one that carries a state from sentence to sentence
+    (`carries_state`, e.g. the shared-context RNN) reads the state that its own translation of
+    sentence j - 1 handed on (`Seq2SeqModel.output_carry`). Other models translate length-sorted
+    batches."""
     network = model.module.model
     carry = CarriedState() if type(network).carries_state else None
+    own_targets = reads_reference_target(model.cfg)
     with tempfile.TemporaryDirectory() as tmp:
         split = binarize_documents(documents, model, Path(tmp))
         hyps: list[str] = [""] * split.n_sentences
-        if carry is None:
+        outputs = OutputTokens(split.n_sentences)
+        if carry is None and not own_targets:
             loader = batches(split, np.arange(split.n_sentences), model.window,
                              model.cfg.decode.batch_max_tokens, model.device)
-        else:
-            loader = document_order_batches(split, model.window, model.device)
+        else:  # batches read `outputs` when they are made: sentence j after sentence j - 1 is done
+            loader = document_order_batches(WithOwnTargets(split, outputs) if own_targets else split,
+                                            model.window, model.device)
         for batch in loader:
             if carry is not None:
                 batch = {**batch, CARRY_KEY: carry.rows(batch, network.initial_carry(batch))}
-            outputs = model.module.translate_batch(batch, beam=beam, len_penalty=len_penalty)
+            translated = model.module.translate_batch(batch, beam=beam, len_penalty=len_penalty)
             if carry is not None:
-                handed_on = network.output_carry(batch, outputs)
+                handed_on = network.output_carry(batch, translated)
                 if handed_on is None:
                     raise DocMTInputError(f"model.arch '{model.cfg.model.arch}' carries a state but "
                                           f"says nothing of what its output hands on (output_carry)",
                                           key="model.arch")
                 carry.keep(batch, handed_on)
-            for i, ids in zip(batch["sent_index"].tolist(), outputs):
+            for i, ids in zip(batch["sent_index"].tolist(), translated):
                 hyps[i] = model.tgt_vocab.decode(ids)
+                outputs.record(i, ids)
         bounds = split.doc_offsets
     return [hyps[bounds[d]:bounds[d + 1]] for d in range(len(documents))]
