@@ -143,19 +143,53 @@ def test_translating_with_target_context_reads_the_models_own_previous_translati
     assert read[1] == output[0] + [EOS_ID] and read[2] == output[1] + [EOS_ID]
 
 
-def test_testing_with_target_context_is_refused(target_context):
+def test_testing_with_target_context_needs_document_order(target_context):
     outcome = docmt("test", target_context["run_dir"], "--ckpt", target_context["checkpoint"])
-    assert_one_error_line(outcome, "context.side", "test BLEU")
+    assert_one_error_line(outcome, "data.document_order", "test BLEU")
 
 
-def test_fitting_with_target_context_is_refused_before_training(run):
+def test_fitting_with_target_context_without_document_order_is_refused_before_training(run):
     config = run["root"] / "target.yaml"
     config.write_text(f"data:\n  corpus: {CORPUS}\n  cache_dir: {run['root'] / 'cache'}\n"
                       f"logging:\n  runs_dir: {run['root'] / 'target_runs'}\n"
                       "context:\n  side: mix\n  prev_sentences: 1\ntrain:\n  max_steps: 2\n")
     outcome = docmt("fit", config, "--profile", "tiny")
-    assert_one_error_line(outcome, "context.side")
+    assert_one_error_line(outcome, "data.document_order")
     assert not (run["root"] / "target_runs").exists()
+
+
+def test_the_test_loop_gives_a_target_context_model_its_own_previous_translations(run, monkeypatch):
+    """With document-order batches a fit tests: every decoded batch's `ctx_tgt` is the model's own
+    translation of each row's previous sentence (then `<eos>`), and a first sentence's is empty."""
+    from lightning_docmt.training.module import DocMTModule
+
+    seen = []  # (loop, sent_index, pos_in_doc, ctx_tgt rows, outputs, the loop's OutputTokens) per batch
+    decode = DocMTModule.translate_batch
+
+    def recording(self, batch, beam, len_penalty=None):
+        outputs = decode(self, batch, beam, len_penalty)
+        loop = (self._eval_split, id(self._own_targets))  # every evaluation loop has its own
+        seen.append((loop, batch["sent_index"].tolist(), batch["pos_in_doc"].tolist(),
+                     batch["ctx_tgt"].tolist(), outputs, self._own_targets))
+        return outputs
+
+    monkeypatch.setattr(DocMTModule, "translate_batch", recording)
+    config = run["root"] / "target_doc_order.yaml"
+    config.write_text(f"data:\n  corpus: {CORPUS}\n  cache_dir: {run['root'] / 'cache'}\n  document_order: true\n"
+                      f"logging:\n  runs_dir: {run['root'] / 'target_doc_runs'}\n"
+                      "model:\n  arch: yk_rnn\n  context: separated\n  d_model: 16\n"  # Sep-Tgt
+                      "context:\n  side: target\n  prev_sentences: 1\n"
+                      "train:\n  max_steps: 2\n  val_every_steps: 2\n")
+    with single_process_run_env():
+        run_dir_of(docmt("fit", config, "--profile", "tiny"))
+    output = {(loop, i): out for loop, indices, _, _, outs, _ in seen for i, out in zip(indices, outs)}
+    checked = set()
+    for loop, indices, positions, rows, _, _ in seen:  # validation loops, then the test loop
+        for i, position, row in zip(indices, positions, rows):
+            read = [t for t in row if t != PAD_ID]
+            assert read == ([EOS_ID] if position == 0 else output[loop, i - 1] + [EOS_ID]), (loop, i)
+            checked |= {loop[0]} if position > 0 else set()
+    assert checked == {"valid", "test"}
 
 
 def test_contrastive_scoring_with_target_context_stays_allowed(run, target_context):

@@ -2,10 +2,12 @@
 
 In every batch `ctx_tgt` holds the previous *reference* target sentences (`data/batch.py`): right
 for training (teacher forcing), wrong for testing, where a model would read gold translations of
-the sentences before the one it translates (test BLEU inflated). `docmt translate` decodes such a
-model in document order from its own previous translations (`inference/translate.py`); the test
-loop does not yet, so test BLEU of such a model is an error naming the key. Contrastive suites
-supply their own target context, so contrastive scoring stays allowed.
+the sentences before the one it translates (test BLEU inflated). So a decoding evaluation loop
+(`training/module.py`) and `docmt translate` (`inference/translate.py`) give such a model its own
+translations of the previous sentences instead; the loop needs document-order batches for that,
+and without them test BLEU is an error naming `data.document_order`. A loss-only validation keeps
+the teacher-forced reference context, as in training. Contrastive suites supply their own target
+context, so contrastive scoring stays allowed.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ def reads_reference_target(cfg: DictConfig) -> bool:
 
 
 def check_no_reference_target(cfg: DictConfig, what: str) -> None:
-    """A `DocMTInputError` naming `context.side` when `what` (test BLEU, translation) would read
-    reference target sentences."""
-    if reads_reference_target(cfg):
+    """A `DocMTInputError` naming `data.document_order` when `what` (test BLEU) would read reference
+    target sentences: with document-order batches the evaluation loop reads the model's own
+    translations of the previous sentences instead (`training/module.py`), without them it could
+    not (a sentence may come before the one it follows)."""
+    if reads_reference_target(cfg) and not cfg.data.document_order:
         raise DocMTInputError(
-            f"{what} of a model with target-side context would read the reference previous "
-            f"sentences (side={cfg.context.side}); the test loop does not yet decode from the "
-            f"model's own translations (docmt translate does); score it with contrastive suites "
-            f"(docmt contrastive) or translate the test set", key="context.side")
+            f"{what} of a model with target-side context (side={cfg.context.side}) reads the "
+            f"model's own previous translations, which needs document-order batches: set "
+            f"data.document_order=true", key="data.document_order")

@@ -29,6 +29,7 @@ from lightning_docmt.checkpoints import VOCAB_KEY, load_state, read_checkpoint, 
 from lightning_docmt.data.vocab import Vocabulary
 from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.inference.own_outputs import OutputTokens, WithOwnTargets
 from lightning_docmt.inference.reference_context import reads_reference_target
 from lightning_docmt.nn.training_hooks import CARRY_KEY
 from lightning_docmt.training.model_hooks import CarriedState
@@ -140,51 +141,6 @@ def document_order_batches(split: BinarizedSplit, window: WindowSpec, device: to
                                         shuffle=False)
     for batch_indices in sampler:
         yield {k: v.to(device) for k, v in collate(split, batch_indices, window).items()}
-
-
-class OutputTokens:
-    """The model's own translations so far, in the shape of a `TokenArray` (`ids`, `offsets`,
-    `[i]`): sentence i is empty until it is translated. Read as the target side of a split, it
-    makes `ctx_tgt` hold the model's previous translations instead of references."""
-
-    def __init__(self, n_sentences: int):
-        self._outputs = [np.zeros(0, dtype=np.int64)] * n_sentences
-        self._joined: tuple[np.ndarray, np.ndarray] | None = None
-
-    def record(self, index: int, ids: Sequence[int]) -> None:
-        self._outputs[index] = np.asarray(ids, dtype=np.int64)
-        self._joined = None
-
-    def _join(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._joined is None:
-            lengths = np.array([len(o) for o in self._outputs], dtype=np.int64)
-            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-            self._joined = (np.concatenate(self._outputs) if self._outputs else np.zeros(0, np.int64), offsets)
-        return self._joined
-
-    @property
-    def ids(self) -> np.ndarray:
-        return self._join()[0]
-
-    @property
-    def offsets(self) -> np.ndarray:
-        return self._join()[1]
-
-    def __len__(self) -> int:
-        return len(self._outputs)
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        return self._outputs[i]
-
-
-class WithOwnTargets:
-    """A split whose target side is the model's own translations (`OutputTokens`)."""
-
-    def __init__(self, split: BinarizedSplit, outputs: OutputTokens):
-        self._split, self.tgt = split, outputs
-
-    def __getattr__(self, name: str):
-        return getattr(self._split, name)
 
 
 @torch.no_grad()

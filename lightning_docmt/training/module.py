@@ -43,7 +43,10 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
+from lightning_docmt.data.collate import collate
 from lightning_docmt.inference import decoding
+from lightning_docmt.inference.own_outputs import OutputTokens, WithOwnTargets
+from lightning_docmt.inference.reference_context import reads_reference_target
 
 from lightning_docmt.evaluation import metrics
 from lightning_docmt.evaluation.meteor import METEOR_NAME, corpus_meteor
@@ -94,6 +97,8 @@ class DocMTModule(pl.LightningModule):
         self._train_tokens: torch.Tensor | int = 0  # this rank's trained target tokens (on device)
         self._update_tokens: torch.Tensor | int = 0  # this rank's target tokens of the current update
         self._decode_stats = torch.zeros(2, dtype=torch.float64)  # beam-search seconds, sentences
+        self._eval_split = "valid"  # the split of the current evaluation loop
+        self._own_targets: OutputTokens | None = None  # its translations so far (target-side context)
 
     @staticmethod
     def build_model(model_cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2SeqModel:
@@ -346,14 +351,17 @@ class DocMTModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:
-        self._reset_eval()
+        self._reset_eval("valid")
 
     def on_test_epoch_start(self) -> None:
-        self._reset_eval()
+        self._reset_eval("test")
 
-    def _reset_eval(self) -> None:
+    def _reset_eval(self, split: str) -> None:
         if self._eval_carry is not None:
             self._eval_carry.clear()
+        self._eval_split = split
+        self._own_targets = (OutputTokens(self.trainer.datamodule.split(split).n_sentences)
+                             if reads_reference_target(self.cfg) else None)
         self._eval_records = []
         self._eval_sums = torch.zeros(3, device=self.device)
         self._decode_stats.zero_()
@@ -366,6 +374,8 @@ class DocMTModule(pl.LightningModule):
         self._eval_step(batch, beam=self.cfg.decode.beam)
 
     def _eval_step(self, batch: dict[str, torch.Tensor], beam: int) -> None:
+        if beam > 0 and self._own_targets is not None:
+            batch = {**batch, **self._own_target_context(batch)}
         batch, terms = self.batch_terms(batch, self._eval_carry)  # decoding reads the same carry
         self._eval_sums += torch.stack([terms.loss_sum.detach(), terms.nll_sum.detach(),
                                         terms.tokens.float()])
@@ -383,6 +393,17 @@ class DocMTModule(pl.LightningModule):
         for sent, doc, ids in zip(batch["sent_index"].tolist(), batch["doc_index"].tolist(),
                                   hypotheses):
             self._eval_records.append((sent, doc, vocab.decode(ids)))
+            if self._own_targets is not None:
+                self._own_targets.record(sent, ids)
+
+    def _own_target_context(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`ctx_tgt` (and its segment ids) of the batch's sentences cut from the model's own
+        translations of the sentences before them (`inference/own_outputs.py`), not the references:
+        in document-order batches (required, `check_no_reference_target`) they are decoded already."""
+        datamodule = self.trainer.datamodule
+        split = WithOwnTargets(datamodule.split(self._eval_split), self._own_targets)
+        rows = collate(split, batch["sent_index"].tolist(), datamodule.window)
+        return {key: rows[key].to(batch["src"].device) for key in ("ctx_tgt", "ctx_tgt_seg")}
 
     @torch.no_grad()
     def translate_batch(self, batch: dict[str, torch.Tensor], beam: int,
