@@ -264,7 +264,6 @@ def test_co_attention_uses_its_context_and_a_selection_cost_makes_it_select_the_
     header = "model: {arch: lifeng_coattn}\ncontext: {prev_sentences: 3}\n"
     run = fit(workspace, "coattn", f"{header}train:\n  stages: {{{SENT_STAGE}, {coattn}}}\n"
               "  schedule: [sent, coattn]\n", *phases)
-    assert run["stages"]["sent"]["reused"] is True
     selection = antecedent_selection(Path(run["run_dir"]), "coattn")
     print(f"[learning] coattn (the paper's objective) antecedent selection: {selection}")
     assert_uses_context(run["metrics"], ceiling)
