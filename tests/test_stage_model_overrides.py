@@ -46,3 +46,20 @@ def test_the_optimizer_is_selectable_and_the_rnn_preset_uses_adagrad(tmp_path):
                       .build_optimizer([([torch.nn.Parameter(torch.zeros(1))], 1.0)], 10)[0], torch.optim.Adam)
     with pytest.raises(DocMTInputError, match="train.optim.optimizer"):
         tiny_config(tmp_path, "train.optim.optimizer=sgd")
+
+
+def test_every_rnn_row_shares_one_baseline_stage(tmp_path):
+    """The yamagishi tables start every row from `base` (`model: {context: none, ...}`): an RNN
+    without context reads none, so the rows' context settings (and whether CXMI is scored after
+    testing) leave that stage's key alone, while their context stages differ."""
+    base = ["model.arch=yk_rnn", "data.document_order=true",
+            "train.stages.base={arch: yk_rnn, model: {context: none, context_side: source}}",
+            "train.stages.ctx={arch: yk_rnn, init_from: base}", "train.schedule=[base,ctx]"]
+    rows = [["model.context=separated", "context.side=target", "context.prev_sentences=1"],
+            ["model.context=shared", "context.side=mix", "eval.context_usage=false"]]
+    configs = [tiny_config(tmp_path, *base, *row) for row in rows]
+    keys = [train.stage_key(train.stage_config(c, "base"), "base", "") for c in configs]
+    assert keys[0] == keys[1]
+    contexts = [train.stage_key(train.stage_config(c, "ctx"), "ctx", keys[0]) for c in configs]
+    assert contexts[0] != contexts[1]
+    assert train.stage_config(configs[0], "base").context.prev_sentences == 0

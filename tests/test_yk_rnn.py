@@ -405,7 +405,7 @@ def test_the_evaluation_loop_hands_on_the_hypothesis_states():
     module.translate_batch = lambda batch, beam: hypotheses  # what a beam search emitted
     batch = {**doc_batch(), "doc_index": torch.arange(4), "pos_in_doc": torch.zeros(4, dtype=torch.long),
              "sent_index": torch.arange(4)}
-    module._reset_eval()
+    module._reset_eval("test")
     with torch.no_grad():
         module._eval_step(batch, beam=2)
         seen = {**batch, CARRY_KEY: module.model.initial_carry(batch)}  # first sentences

@@ -38,7 +38,7 @@ Parameter names: `src_embed.*`, `tgt_embed.*` (one table when `share_embeddings`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Mapping, Optional
 
 import torch
 from torch import Tensor, nn
@@ -125,6 +125,11 @@ class YKRNNSeq2Seq(Seq2SeqModel):
         if cls is YKRNNSeq2Seq and cfg is not None and cfg.context == "shared":
             cls = SharedContextRNN
         return super().__new__(cls)
+
+    @classmethod
+    def reads_context_with(cls, model: Mapping[str, Any]) -> bool:
+        """The baseline (`context: none`) reads no context: its stage is shared by every row."""
+        return model.get("context", "none") != "none"
 
     def __init__(self, cfg: YKRNNConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()

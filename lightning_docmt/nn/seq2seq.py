@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Mapping, Protocol, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -119,6 +119,13 @@ class Seq2SeqModel(nn.Module):
         with torch.device("meta"):
             model = cls(cfg, PLACEHOLDER_VOCAB, PLACEHOLDER_VOCAB)
         return [name for name, _ in model.named_parameters()]
+
+    @classmethod
+    def reads_context_with(cls, model: Mapping[str, Any]) -> bool:
+        """Whether a model built from the `model.*` settings `model` reads any context, i.e. whether
+        `context.*` can change its weights (stage reuse, `training/run.stage_config`); default:
+        the class's `reads_context`."""
+        return cls.reads_context
 
     @classmethod
     def optimizer_phases(cls, cfg: Any) -> list[OptimizerPhase]:

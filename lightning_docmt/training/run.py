@@ -72,8 +72,9 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     `arch` applied (`model` deep-merged, e.g. `{rl: {selection_cost: 0.02}}` keeps the other `rl` keys).
 
     A stage with another architecture (stage 1 of Zhang's two-step is a `transformer`) keeps the
-    run's shared sizes and drops the options its own config class does not have. An architecture
-    that reads no context gets the default (empty) context, so that its stage key, and hence its
+    run's shared sizes and drops the options its own config class does not have. A model that
+    reads no context (`Seq2SeqModel.reads_context_with` its settings: a `transformer`, an RNN with
+    `context: none`) gets the default (empty) context, so that its stage key, and hence its
     checkpoint, is shared by every row that trains the same sentence-level model.
     """
     stage = cfg.train.stages[name]
@@ -83,8 +84,6 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     arch = stage.arch or cfg.model.arch
     entry = get_arch(arch)
     config_class = entry.config_class
-    if not entry.model_class.reads_context:
-        container["context"] = dataclasses.asdict(ContextConfig())
     fields = {f.name for f in dataclasses.fields(config_class)}
     unknown = sorted(set(stage.model) - fields)
     if unknown:
@@ -92,6 +91,8 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
                               key=f"train.stages.{name}.model.{unknown[0]}")
     container["model"] = OmegaConf.to_container(OmegaConf.merge(
         {k: v for k, v in container["model"].items() if k in fields}, stage.model), resolve=True)
+    if not entry.model_class.reads_context_with(container["model"]):
+        container["context"] = dataclasses.asdict(ContextConfig())
     container["model"]["arch"] = arch
     scfg = OmegaConf.structured(RunConfig(model=config_class(arch=arch)))
     scfg.merge_with(container)
@@ -99,15 +100,17 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
 
 
 def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
-    """Hash of everything that determines a stage's weights (worker counts, paths and the
-    contrastive suites evaluated after testing, and where they are, excluded): the config, the code (`provenance`: a
+    """Hash of everything that determines a stage's weights (worker counts, paths, and what is
+    scored after testing: the contrastive suites, where they are, the context-usage passes,
+    excluded): the config, the code (`provenance`: a
     fix to the code never reuses a stage trained before it) and the precision and device the
     stage resolves to here (`auto` means bf16 on one machine and float32 on another)."""
     plain = OmegaConf.to_container(scfg, resolve=True)
     data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir")}
     if data["train_fraction"] == 1.0:  # the whole split: how a fraction would be drawn is moot
         data = {k: v for k, v in data.items() if k not in ("train_fraction_draw", "train_fraction_seed")}
-    evaluation = {k: v for k, v in plain["eval"].items() if k not in ("contrastive", "suites_dir")}
+    evaluation = {k: v for k, v in plain["eval"].items()
+                  if k not in ("contrastive", "suites_dir", "context_usage")}  # scored after testing
     limits = {k: plain["train"][k] for k in ("max_steps", "max_epochs", "max_time_minutes", "accumulate",
                                                "tokens_per_update", "val_every_steps", "precision",
                                                "average")}
