@@ -45,3 +45,20 @@ def test_a_rank_that_fails_fails_the_command_without_hanging(tmp_path, fail_at):
                   tmp_path, FAIL_RANK="1", FAIL_AT=fail_at)  # a hang would time out: an error
     assert done.returncode != 0, done.stdout[-2000:]
     assert f"rank 1 fails {fail_at.replace('_', ' its ')}" in done.stderr
+
+
+def test_co_attention_cross_training_runs_under_ddp(tmp_path):
+    """Li & Feng's phases leave the other group's parameters out of each update's graph, which plain
+    DDP reports as an error: the trainer switches such a model to `find_unused_parameters`. Two
+    ranks cross-train through both phases (2 updates each) and test."""
+    argv = [str(DOCMT), "fit", str(REPO / "experiments" / "demo.yaml"), "--row", "coattn", "--profile", "tiny",
+            "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp", *SHORT,
+            "train.stages.doc.max_steps=6", "model.cross_training.translator_steps=2",
+            "model.cross_training.selector_steps=2", "model.rl.samples=2", "trainer.log_every_n_steps=1",
+            f"data.cache_dir={tmp_path / 'cache'}"]
+    done = launch(argv, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = tmp_path / "results" / "demo" / "coattn" / "seed1"
+    header = (run_dir / "doc" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "train/theta_r/selection_rate" in header and "train/theta_s/selection_rate" in header
+    assert_test_bleu_rescores(run_dir, "synthetic:tiny")
