@@ -6,6 +6,7 @@ sentence of the same document only); initialisation from the baseline (reading Y
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -364,8 +365,8 @@ def test_a_context_model_starts_from_the_baseline_trains_and_decodes_in_document
     metrics = fit.trainer.callback_metrics
     assert torch.isfinite(metrics["train/loss"]) and torch.isfinite(metrics["val/loss"]) and "val/bleu" in metrics
     if fit.module._train_carry is not None:
-        handed_on = fit.module._train_carry.state_dict()["value"]
-        assert {side: m.states.shape[1:] for side, m in handed_on.items()} == {
+        handed_on = fit.module._train_carry.state_dict()["value"]  # plain dicts, as checkpoints hold
+        assert {side: m["states"].shape[1:] for side, m in handed_on.items()} == {
             side: (cfg.data.max_len + 1, cfg.model.d_model) for side in ("source", "target")}
 
 
@@ -455,3 +456,49 @@ def test_translation_walks_each_document_in_order_and_batching_documents_is_invi
         for side in ("source", "target"):
             assert torch.equal(read[side].pad, expected[side].pad), (sent, side)
             assert torch.allclose(read[side].states, expected[side].states, atol=1e-6), (sent, side)
+
+
+def test_a_shared_models_context_usage_is_scored_by_its_document_order_test_loop(tmp_path, monkeypatch):
+    """CXMI of a carrying model: the test loop's NLL with no carried state and with another
+    document's, against its NLL with its own (`DocMTModule._carried_context_nll`); the
+    sentence-by-sentence passes (and so the random-context BLEU) are not run for it."""
+    from tests.cli_run import docmt, run_dir_of
+
+    config = tmp_path / "shared.yaml"
+    config.write_text(f"data:\n  corpus: synthetic:tiny\n  cache_dir: {tmp_path / 'cache'}\n  document_order: true\n"
+                      f"logging:\n  runs_dir: {tmp_path / 'runs'}\n"
+                      "model:\n  arch: yk_rnn\n  context: shared\n  d_model: 16\ncontext:\n  side: mix\n"
+                      "eval:\n  context_usage: true\ntrain:\n  max_steps: 4\n  val_every_steps: 4\n")
+    calls = []
+    original = DocMTModule._carried_context_nll
+    monkeypatch.setattr(DocMTModule, "_carried_context_nll",
+                        lambda self, batch: calls.append(batch["pos_in_doc"].tolist()) or original(self, batch))
+    monkeypatch.chdir(tmp_path)
+    with single_process_run_env():
+        run = run_dir_of(docmt("fit", config, "--profile", "tiny"))
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["cxmi"] != 0.0 and metrics["random_ctx/cxmi"] != 0.0  # the carried state matters
+    assert "random_ctx/bleu" not in metrics
+    assert calls and any(p > 0 for positions in calls for p in positions)  # the test loop, documents in order
+
+
+def test_a_shared_models_checkpoint_loads_safely_and_resumes_its_carried_state(tmp_path):
+    """The carried state travels in checkpoints as plain containers (the safe loader refuses any
+    class), and a resumed fit hands the model its own structure again."""
+    from lightning_docmt.checkpoints import read_checkpoint
+    from lightning_docmt.training.module import CARRY_STATE_KEY
+
+    cfg = tiny_config(tmp_path, *TINY_FIT, "model.context=shared", "context.side=mix", "train.max_steps=3")
+    with single_process_run_env():
+        fit = fit_stage(cfg, "main", tmp_path / "run")
+    checkpoint = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")  # no refusal
+    [saved] = checkpoint[CARRY_STATE_KEY]
+    assert set(saved["value"]) == {"source", "target"} and set(saved["value"]["target"]) == {"states", "pad"}
+    module = fit.module
+    module._train_carry.load_state_dict(saved)
+    rows = len(saved["docs"])
+    batch = {"src": torch.ones(rows, 2, dtype=torch.long), "doc_index": saved["docs"],
+             "pos_in_doc": saved["positions"] + 1}
+    carried = module._train_carry.rows(batch, module.model.initial_carry(batch))
+    assert isinstance(carried["target"], Memory)
+    assert torch.equal(carried["target"].states, saved["value"]["target"]["states"])

@@ -136,17 +136,33 @@ class PhaseCycle:
 
 def map_tensors(fn: Callable[..., Tensor], value: Any, *others: Any) -> Any:
     """`fn` applied to the tensors of `value` (tensors, dataclasses, dicts, lists, tuples), each with
-    the tensors at the same place in `others`, which have `value`'s structure."""
+    the tensors at the same place in `others`, which have `value`'s structure (a dataclass's place
+    may also hold its `plain` form, a dict of its fields)."""
     if isinstance(value, Tensor):
         return fn(value, *others)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        def field_of(other: Any, name: str) -> Any:
+            return other[name] if isinstance(other, dict) else getattr(other, name)
+
         return dataclasses.replace(value, **{
-            f.name: map_tensors(fn, getattr(value, f.name), *(getattr(o, f.name) for o in others))
+            f.name: map_tensors(fn, getattr(value, f.name), *(field_of(o, f.name) for o in others))
             for f in dataclasses.fields(value) if f.init})
     if isinstance(value, dict):
         return {k: map_tensors(fn, v, *(o[k] for o in others)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(map_tensors(fn, *items) for items in zip(value, *others))
+    return value
+
+
+def plain(value: Any) -> Any:
+    """`value` with every dataclass replaced by a dict of its fields, recursively: what a checkpoint
+    may hold (`checkpoints.py` loads plain containers and tensors only)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value)
     return value
 
 
@@ -189,10 +205,10 @@ class CarriedState:
         found = follows.any(dim=1)  # (B,)
         carried = select_rows(prev_value, follows.int().argmax(dim=1))  # (B, ...) where found
 
-        def where_found(kept: Tensor, reset: Tensor) -> Tensor:
+        def where_found(reset: Tensor, kept: Tensor) -> Tensor:
             return torch.where(found.view(-1, *[1] * (kept.dim() - 1)), kept, reset)  # (B, ...)
 
-        return map_tensors(where_found, carried, initial)
+        return map_tensors(where_found, initial, carried)  # the model's structure (from a checkpoint: plain)
 
     def keep(self, batch: dict[str, Tensor], value: Any) -> None:
         """Remember the state `value` that the rows of `batch` hand to their next sentences."""
@@ -200,9 +216,9 @@ class CarriedState:
         self._value = map_tensors(Tensor.detach, value)
 
     def state_dict(self) -> dict[str, Any]:
-        """The state on the CPU (for checkpoints)."""
-        return map_tensors(Tensor.cpu, {"docs": self._docs, "positions": self._positions,
-                                        "value": self._value})
+        """The state on the CPU, dataclasses as plain dicts (for checkpoints)."""
+        return plain(map_tensors(Tensor.cpu, {"docs": self._docs, "positions": self._positions,
+                                              "value": self._value}))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._docs, self._positions, self._value = state["docs"], state["positions"], state["value"]

@@ -55,7 +55,7 @@ from lightning_docmt.data.languages import bleu_tokenizer
 from lightning_docmt.training.output_loss import output_label_smoothed_nll
 from lightning_docmt.checkpoints import VOCAB_KEY, pack_vocabularies
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.nn.seq2seq import Seq2SeqModel
+from lightning_docmt.nn.seq2seq import Seq2SeqModel, select_rows
 from lightning_docmt.nn.training_hooks import CARRY_KEY, LossTerms
 from lightning_docmt.registry import get_arch, model_config
 from lightning_docmt.training.model_hooks import (CarriedState, PhaseCycle, check_training_hooks,
@@ -93,6 +93,9 @@ class DocMTModule(pl.LightningModule):
         self.output_dir: Path | None = None  # where test hypotheses and signatures are written
         self._eval_records: list[tuple[int, int, str]] = []  # (sent_index, doc_index, hypothesis)
         self._eval_sums = torch.zeros(3)  # loss sum, nll sum, target tokens
+        # a carrying model's test NLL sums with no carried state and with another document's
+        # (`_carried_context_nll`: its CXMI and random-context CXMI)
+        self._carried_nll = torch.zeros(2)
         self._train_clock = Stopwatch()  # training time of this fit, validation left out
         self._train_tokens: torch.Tensor | int = 0  # this rank's trained target tokens (on device)
         self._update_tokens: torch.Tensor | int = 0  # this rank's target tokens of the current update
@@ -364,6 +367,7 @@ class DocMTModule(pl.LightningModule):
                              if reads_reference_target(self.cfg) else None)
         self._eval_records = []
         self._eval_sums = torch.zeros(3, device=self.device)
+        self._carried_nll = torch.zeros(2, device=self.device)
         self._decode_stats.zero_()
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
@@ -379,6 +383,8 @@ class DocMTModule(pl.LightningModule):
         batch, terms = self.batch_terms(batch, self._eval_carry)  # decoding reads the same carry
         self._eval_sums += torch.stack([terms.loss_sum.detach(), terms.nll_sum.detach(),
                                         terms.tokens.float()])
+        if self._scores_carried_context():
+            self._carried_nll += self._carried_context_nll(batch)
         if beam <= 0:
             return
         vocab = self.trainer.datamodule.tgt_vocab
@@ -395,6 +401,23 @@ class DocMTModule(pl.LightningModule):
             self._eval_records.append((sent, doc, vocab.decode(ids)))
             if self._own_targets is not None:
                 self._own_targets.record(sent, ids)
+
+    def _scores_carried_context(self) -> bool:
+        """The test loop of a carrying model scores its context usage itself (`eval.context_usage`):
+        the CXMI passes of `evaluation/context_usage.py` take sentences out of their documents."""
+        return self._eval_carry is not None and self._eval_split == "test" and self.cfg.eval.context_usage
+
+    def _carried_context_nll(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(2,) the batch's NLL sums with every row's carried state replaced by the initial one (no
+        context) and by another row's, i.e. another document's (the next row's; none in a batch
+        of one). `batch` holds the carried rows (`batch_terms`)."""
+        carried = batch[CARRY_KEY]
+        rows = batch["src"].size(0)
+        initial = self.model.initial_carry(batch)
+        other = (select_rows(carried, torch.arange(1, rows + 1, device=batch["src"].device) % rows)
+                 if rows > 1 else initial)
+        return torch.stack([self.model.loss_terms({**batch, CARRY_KEY: state}, self.output_loss).nll_sum.detach()
+                            for state in (initial, other)])
 
     def _own_target_context(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """`ctx_tgt` (and its segment ids) of the batch's sentences cut from the model's own
@@ -436,6 +459,9 @@ class DocMTModule(pl.LightningModule):
             log.update(self._corpus_scores(prefix, split))
         if prefix == "test":
             log[DECODE_SPEED_METRIC] = self._decode_speed()
+        if self._scores_carried_context():  # nats per target token that the carried state adds
+            blank, other = self.trainer.strategy.reduce(self._carried_nll, reduce_op="sum").tolist()
+            log.update({"cxmi": (blank - nll_sum) / ntok, "random_ctx/cxmi": (other - nll_sum) / ntok})
         for key, value in log.items():
             self.log(key, value, prog_bar=key.endswith(("bleu", "loss")), rank_zero_only=False,
                      sync_dist=False)

@@ -383,7 +383,7 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
         module.to(trainer.strategy.root_device).eval()  # the test loop left it on the CPU, training
         model = LoadedModel(module, cfg, datamodule.src_vocab, datamodule.tgt_vocab)
         scores.update(suite_metrics(model, suites))
-        if cfg.eval.context_usage:
+        if cfg.eval.context_usage and not type(module.model).carries_state:  # else the test loop's
             scores.update(context_usage_metrics(model, datamodule.split("test"),
                                                 datamodule.references("test"),
                                                 bleu_tokenizer(cfg.eval, cfg.data),
