@@ -200,10 +200,9 @@ def test_the_gate_mixes_current_and_context_reading_as_a_hand_example():
     assert torch.equal(mixed[1], current[1])  # nothing selected: H~ = H^cur (reading L4)
     with torch.no_grad():
         block.gate.input_proj.weight.copy_(torch.eye(D) * 50.0)
-    big = current.abs() * torch.sign(current)  # lambda -> 1 where h > 0, -> 0 where h < 0
-    mixed = block(big, context, selected)
-    positive = big[0] > 0.5
-    assert torch.allclose(mixed[0][positive], big[0][positive], atol=1e-4)
+    mixed = block(current, context, selected)  # W_h' = 50 I, W_d = 0: lambda -> 1 where h > 0.5
+    positive = current[0] > 0.5
+    assert torch.allclose(mixed[0][positive], current[0][positive], atol=1e-4)
 
 
 # ---------------------------------------------------------------- the model

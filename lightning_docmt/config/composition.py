@@ -342,9 +342,7 @@ def _validate(cfg: DictConfig) -> None:
             raise DocMTInputError(f"stage '{name}' is not defined in train.stages; {hint}",
                                   key="train.schedule")
     _check_schedule(cfg.train.optim.schedule, "train.optim.schedule")
-    if cfg.train.optim.optimizer not in OPTIMIZERS:
-        raise DocMTInputError(f"must be one of {', '.join(OPTIMIZERS)}, got {cfg.train.optim.optimizer!r}",
-                              key="train.optim.optimizer")
+    _check_optimizer(cfg.train.optim.optimizer, "train.optim.optimizer")
     for name, stage in stages.items():
         for section, owner, config_class in (("data", "data", DataConfig),
                                              ("optim", "train.optim", OptimConfig)):
@@ -357,14 +355,18 @@ def _validate(cfg: DictConfig) -> None:
                                           key=f"train.stages.{name}.{section}.{key}")
         if "schedule" in stage.optim:
             _check_schedule(stage.optim.schedule, f"train.stages.{name}.optim.schedule")
-        if stage.optim.get("optimizer", "adam") not in OPTIMIZERS:
-            raise DocMTInputError(f"must be one of {', '.join(OPTIMIZERS)}, got {stage.optim.optimizer!r}",
-                                  key=f"train.stages.{name}.optim.optimizer")
+        if "optimizer" in stage.optim:
+            _check_optimizer(stage.optim.optimizer, f"train.stages.{name}.optim.optimizer")
         if stage.lr is not None and "lr" in stage.optim:
             raise DocMTInputError(f"the stage's lr is set twice; keep train.stages.{name}.lr or "
                                   f"train.stages.{name}.optim.lr", key=f"train.stages.{name}.optim.lr")
         if stage.arch is not None and find_arch(stage.arch) is None:
             raise DocMTInputError(unknown_arch_message(stage.arch), key=f"train.stages.{name}.arch")
+
+
+def _check_optimizer(name: Any, key: str) -> None:
+    if name not in OPTIMIZERS:
+        raise DocMTInputError(f"must be one of {', '.join(OPTIMIZERS)}, got {name!r}", key=key)
 
 
 def _check_schedule(name: Any, key: str) -> None:

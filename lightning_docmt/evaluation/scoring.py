@@ -14,13 +14,17 @@ from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.nn.seq2seq import Seq2SeqModel
 
 
+def target_log_probs(logits: Tensor, target: Tensor) -> Tensor:
+    """(B, T) log-probability of every `target` token (B, T) under `logits` (B, T, V), 0 at padding."""
+    lprobs = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    picked = lprobs.gather(2, target.unsqueeze(2)).squeeze(2)  # (B, T)
+    return picked.masked_fill(target.eq(PAD_ID), 0.0)
+
+
 @torch.no_grad()
 def token_log_probs(model: Seq2SeqModel, batch: dict[str, Tensor]) -> Tensor:
     """(B, T) log-probability of every `tgt_out` token, 0 at padding."""
-    lprobs = torch.log_softmax(model(batch).float(), dim=-1)  # (B, T, V)
-    target = batch["tgt_out"]
-    picked = lprobs.gather(2, target.unsqueeze(2)).squeeze(2)  # (B, T)
-    return picked.masked_fill(target.eq(PAD_ID), 0.0)
+    return target_log_probs(model(batch), batch["tgt_out"])
 
 
 def sequence_log_probs(model: Seq2SeqModel, batch: dict[str, Tensor]) -> Tensor:

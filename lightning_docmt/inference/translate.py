@@ -12,7 +12,7 @@ import functools
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -99,6 +99,12 @@ def batches(split: BinarizedSplit, indices: np.ndarray, window: WindowSpec, max_
     `device`, with the context of `anchors` (None: each sentence's own; `data/context_anchors.py`)."""
     sizes = row_lengths(split, window, indices, anchors)
     sampler = TokenBudgetBatchSampler(indices, sizes, max_tokens, shuffle=False)
+    return collated(split, sampler, window, device, anchors)
+
+
+def collated(split: BinarizedSplit, sampler: Iterable[Sequence[int]], window: WindowSpec,
+             device: torch.device, anchors: ContextAnchors | None = None) -> Iterator[dict[str, torch.Tensor]]:
+    """The batch of each index list of `sampler`, on `device`, collated when it is asked for."""
     for batch_indices in sampler:
         yield {k: v.to(device) for k, v in collate(split, batch_indices, window, anchors).items()}
 
@@ -139,8 +145,7 @@ def document_order_batches(split: BinarizedSplit, window: WindowSpec, device: to
     documents (`data/doc_sampler.py`, unshuffled), on `device`."""
     sampler = DocumentOrderBatchSampler(split.doc_offsets, np.arange(split.n_sentences), max_documents,
                                         shuffle=False)
-    for batch_indices in sampler:
-        yield {k: v.to(device) for k, v in collate(split, batch_indices, window).items()}
+    return collated(split, sampler, window, device)
 
 
 @torch.no_grad()

@@ -50,6 +50,7 @@ from torch import Tensor, nn
 
 from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.evaluation.scoring import target_log_probs
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.attention import MultiHeadAttention, key_mask
 from lightning_docmt.nn.context_sentences import pack_left, split_sentences
@@ -252,12 +253,8 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
     def reference_log_probs(self, hidden: Tensor, target: Tensor, rows: int = 64) -> Tensor:
         """(N,) log P(target | ...) from decoder states (N, T, D), `rows` at a time (the (rows, T, V)
         log-softmax is the largest tensor)."""
-        parts = []
-        for h, y in zip(hidden.split(rows), target.split(rows)):
-            log_probs = torch.log_softmax(self.output(h).float(), dim=-1)  # (n, T, V)
-            picked = log_probs.gather(2, y[:, :, None]).squeeze(2).masked_fill(y.eq(PAD_ID), 0.0)  # (n, T)
-            parts.append(picked.sum(1))
-        return torch.cat(parts)
+        return torch.cat([target_log_probs(self.output(h), y).sum(1)
+                          for h, y in zip(hidden.split(rows), target.split(rows))])
 
     @staticmethod
     def selection_stats(selection: Selection, view: ContextView) -> dict[str, Tensor]:

@@ -40,11 +40,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Optional
 
-import torch
+import numpy as np
 from torch import Tensor, nn
 
 from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID
+from lightning_docmt.data.collate import pad
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.lstm import BiLSTMEncoder, LSTMState, between_layers
 from lightning_docmt.nn.luong_attention import AttentionalHidden, Memory, dot_attention
@@ -237,10 +238,7 @@ class SharedContextRNN(YKRNNSeq2Seq):
         are those of what was output (trap 14), the source side's the encoder states as in
         training. The decoder is recomputed over the hypothesis, which equals the states its beam
         held (incremental decoding is the full forward), so the beam need not carry them."""
-        width = max(len(h) for h in hypotheses) + 1
-        tgt_in = torch.full((len(hypotheses), width), PAD_ID, dtype=torch.long, device=batch["src"].device)
-        for row, tokens in enumerate(hypotheses):  # (B, T): <bos> + the hypothesis, right-padded
-            tgt_in[row, :len(tokens) + 1] = torch.tensor([BOS_ID, *tokens], dtype=torch.long)
+        tgt_in = pad([np.array([BOS_ID, *tokens]) for tokens in hypotheses]).to(batch["src"].device)  # (B, T)
         state = self.encode(batch)
         h, _ = self.run_decoder(tgt_in, state.initial)  # (B, T, H)
         return self.next_carry(state, tgt_in, h)

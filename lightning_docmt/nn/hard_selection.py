@@ -30,7 +30,7 @@ Three ways to run the tagger, all over the same steps, with positions where `val
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -113,22 +113,9 @@ class HardSelector(nn.Module):
         forced = torch.tensor([0.0, float("-inf")], device=log_probs.device)
         return hidden, torch.where(valid_l[..., None], log_probs, forced)
 
-    def log_prob(self, inputs: SelectorInputs, z: Tensor) -> Selection:
-        """Eq. 24 for a given z (N, L)."""
-        label_gates = self.label_gates()
-        rows, length = z.shape
-        hidden = inputs.gates.new_zeros(rows, self.d_model)
-        previous = torch.full((rows,), START_LABEL, dtype=torch.long, device=z.device)
-        total, entropy = inputs.gates.new_zeros(rows, dtype=torch.float32), inputs.gates.new_zeros(rows, dtype=torch.float32)
-        for l in range(length):
-            hidden, log_probs = self.step_log_probs(inputs.gates[:, l], previous, hidden, inputs.valid[:, l], label_gates)
-            total = total + log_probs.gather(1, z[:, l:l + 1]).squeeze(1)
-            entropy = entropy + step_entropy(log_probs)
-            previous = z[:, l]
-        return Selection(z, total, entropy)
-
-    def sample(self, inputs: SelectorInputs, generator: torch.Generator | None = None) -> Selection:
-        """One draw of z per row (Monte-Carlo search, reading L1), with log P(z) differentiable."""
+    def walk(self, inputs: SelectorInputs, choose: Callable[[int, Tensor], Tensor]) -> Selection:
+        """Run the tagger over the L steps, z_l = `choose(l, log P(z_l | z_<l))` (N,) at each; the
+        log-probability of the z chosen is differentiable."""
         label_gates = self.label_gates()
         rows, length, _ = inputs.gates.shape
         hidden = inputs.gates.new_zeros(rows, self.d_model)
@@ -138,13 +125,22 @@ class HardSelector(nn.Module):
         labels = []
         for l in range(length):
             hidden, log_probs = self.step_log_probs(inputs.gates[:, l], previous, hidden, inputs.valid[:, l], label_gates)
-            label = torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1)  # (N,)
+            label = choose(l, log_probs)  # (N,)
             total = total + log_probs.gather(1, label[:, None]).squeeze(1)
             entropy = entropy + step_entropy(log_probs)
             labels.append(label)
             previous = label
         z = torch.stack(labels, 1) if labels else torch.zeros(rows, 0, dtype=torch.long, device=hidden.device)
         return Selection(z, total, entropy)
+
+    def log_prob(self, inputs: SelectorInputs, z: Tensor) -> Selection:
+        """Eq. 24 for a given z (N, L)."""
+        return self.walk(inputs, lambda l, _: z[:, l])
+
+    def sample(self, inputs: SelectorInputs, generator: torch.Generator | None = None) -> Selection:
+        """One draw of z per row (Monte-Carlo search, reading L1), with log P(z) differentiable."""
+        return self.walk(inputs, lambda _, log_probs: torch.multinomial(
+            log_probs.detach().exp(), 1, generator=generator).squeeze(1))
 
     @torch.no_grad()
     def beam(self, inputs: SelectorInputs, width: int = 2) -> Selection:
