@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from lightning_docmt.tables.runner import ARCHIVE_DIRNAME
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+ARCHIVE = ROOT / "experiments" / ARCHIVE_DIRNAME  # archived runs: configs and outputs, not prose
 CITING = ["lightning_docmt", "callbacks", "experiments", "benchmarks", "tests", "docs"]
 SUFFIXES = {".py", ".yaml", ".md", ".toml", ".cfg"}
 # Names of the internal notes the docs replace, spelled so that this file does not cite them itself.
@@ -30,7 +33,8 @@ NUMBERS = re.compile(r"\d+")
 def citing_files() -> list[Path]:
     files = [ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml"]
     for top in CITING:
-        files += [p for p in (ROOT / top).rglob("*") if p.suffix in SUFFIXES and p.is_file()]
+        files += [p for p in (ROOT / top).rglob("*") if p.suffix in SUFFIXES and p.is_file()
+                  and not p.is_relative_to(ARCHIVE)]
     return sorted(f for f in files if f.is_file() and f != Path(__file__).resolve())
 
 

@@ -66,6 +66,21 @@ def test_a_run_with_one_suite_names_its_metrics_without_it(tmp_path):
     assert "| a | 0.80 (n=1) |" in Path(outcome.outputs["md"]).read_text()
 
 
+def test_cxmi_columns_show_four_decimals_and_scores_two(tmp_path):
+    """A CXMI of 1.2e-4 nats per token is not 0.00, and a context-blind row's 0 is printed as 0."""
+    table = write_table(tmp_path, metrics=["test/bleu", "cxmi", "random_ctx/cxmi"],
+                        rows=[{"name": "a"}, {"name": "b"}])
+
+    def run(cfg, run_dir):
+        used = cfg.logging.name == "a"
+        return {"test/bleu": 10.123, "cxmi": 0.00012 if used else 0.0,
+                "random_ctx/cxmi": -0.00004 if used else 0.0}
+
+    markdown = Path(run_table(table, run_row=run, results_dir=tmp_path / "r").outputs["md"]).read_text()
+    assert "| a | 10.12 (n=1) | n/a | n/a | 0.0001 (n=1) | n/a | n/a | -0.0000 (n=1) |" in markdown
+    assert "| b | 10.12 (n=1) | n/a | n/a | 0.0000 (n=1) | n/a | n/a | 0.0000 (n=1) |" in markdown
+
+
 def test_an_empty_suite_in_a_column_is_one_error_naming_the_line(tmp_path):
     with pytest.raises(DocMTInputError, match="expected contrastive:<suite>") as err:
         load_table(write_table(tmp_path, metrics=["test/bleu", "contrastive:"]))

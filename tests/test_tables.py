@@ -15,7 +15,7 @@ import yaml
 
 from lightning_docmt.config.composition import compose
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.tables.report import log_table_to_wandb, summarize
+from lightning_docmt.tables.report import DONE, RunRecord, log_table_to_wandb, run_provenance, summarize
 from lightning_docmt.tables.spec import compose_file, compose_row, load_table
 from lightning_docmt.tables.runner import run_table
 from tests.cli_run import docmt
@@ -140,6 +140,19 @@ def test_table_markdown_and_csv_hold_mean_std_and_paper_numbers(table_file, tmp_
     assert "nrefs:1|tok:13a" in markdown and "table note" in markdown and "row note" in markdown
     assert "Profile: tiny. BLEU, chrF, d-BLEU and METEOR are case-sensitive (cased)." in markdown
     assert (out / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_provenance_groups_runs_by_precision_device_torch_and_code(tmp_path):
+    env = {"env/precision": "bf16-mixed", "env/device": "cpu", "env/torch": "2.13.0+cpu",
+           "env/code": "abc", "env/threads": 1.0}
+    records = [RunRecord("a", 1, tmp_path, DONE, {"test/bleu": 1.0, **env}),
+               RunRecord("b", 1, tmp_path, DONE, {"test/bleu": 2.0, **env}),
+               RunRecord("a", 2, tmp_path, DONE, {**env, "env/precision": "32-true"}),
+               RunRecord("c", 1, tmp_path, DONE, {"test/bleu": 3.0})]  # recorded nothing: left out
+    assert run_provenance(records) == [
+        "- precision 32-true, device cpu, torch 2.13.0+cpu, code abc: 1 run (a/seed2)",
+        "- precision bf16-mixed, device cpu, torch 2.13.0+cpu, code abc: 2 runs (a/seed1, b/seed1)"]
+    assert run_provenance(records[3:]) == []
 
 
 def test_rows_run_separately_fill_one_table(table_file, tmp_path):

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from lightning_docmt.provenance import ENV_PREFIX
 from lightning_docmt.tables import contrastive_columns
 from lightning_docmt.tables.spec import Table, TableRow
 
@@ -124,8 +125,9 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
         for metric in table.metrics:
             m = summary.metrics[metric]
             mark = significance.get(summary.row.name, ("", ()))[0] if metric == MARKED_METRIC else ""
-            cells += [_ours_cell(m) + (f" {mark}" if mark else ""), _fmt(m.paper),
-                      _fmt(m.delta, signed=True)]
+            digits = decimals(metric)
+            cells += [_ours_cell(m, digits) + (f" {mark}" if mark else ""), _fmt(m.paper, digits),
+                      _fmt(m.delta, digits, signed=True)]
         cells.append(summary.status)
         lines.append("| " + " | ".join(cells) + " |")
     failures = [r for s in summaries for r in s.records if r.status == FAILED]
@@ -137,6 +139,10 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
                          if isinstance(value, str) and key.endswith("signature")})
     if signatures:
         lines += ["", "Signatures:", ""] + [f"- `{s}`" for s in signatures]
+    provenance = run_provenance([r for s in summaries for r in s.records if r.succeeded])
+    if provenance:
+        lines += ["", "Runs (numbers from different precisions or code are not bit-comparable):", ""]
+        lines += provenance
     rates = contrastive_columns.footnote(table.metrics, [r.metrics for s in summaries for r in s.records])
     if rates:
         lines += ["", "Contrastive suites (accuracies are fractions):", ""] + rates
@@ -145,6 +151,24 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
         lines += ["", "Notes:", ""] + ([table.notes.strip(), ""] if table.notes else []) + notes
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+# What a finished run records of where it ran (lightning_docmt/provenance.py) that can change its
+# last digits: a table filled on several machines (e.g. from the archive, runner.py) says so.
+PROVENANCE_KEYS = ("precision", "device", "torch", "code")
+
+
+def run_provenance(records: Sequence[RunRecord]) -> list[str]:
+    """One Markdown item per distinct setting of PROVENANCE_KEYS among `records` that recorded
+    any, with its runs."""
+    groups: dict[str, list[str]] = {}
+    for r in records:
+        if not any(key.startswith(ENV_PREFIX) for key in r.metrics):
+            continue
+        setting = ", ".join(f"{key} {r.metrics.get(ENV_PREFIX + key, '?')}" for key in PROVENANCE_KEYS)
+        groups.setdefault(setting, []).append(f"{r.row}/seed{r.seed}")
+    return [f"- {setting}: {len(runs)} run{'s' if len(runs) > 1 else ''} ({', '.join(runs)})"
+            for setting, runs in sorted(groups.items())]
 
 
 def write_csv(table: Table, summaries: Sequence[RowSummary], path: Path, *,
@@ -254,17 +278,23 @@ def _finished_values(records: Sequence[RunRecord], metric: str) -> tuple[float, 
                  and not isinstance(v, bool) and math.isfinite(v))
 
 
-def _ours_cell(m: MetricSummary) -> str:
+def decimals(metric: str) -> int:
+    """Digits shown for `metric`: CXMI is in nats per token, typically 1e-4 to 1e-1 (a context-blind
+    model's is exactly 0), so two decimals would print every small value as 0.00; scores get two."""
+    return 4 if "cxmi" in metric else 2
+
+
+def _ours_cell(m: MetricSummary, digits: int) -> str:
     if m.mean is None:
         return "n/a"
-    spread = f" ± {m.std:.2f}" if m.std is not None else ""
-    return f"{m.mean:.2f}{spread} (n={m.n})"
+    spread = f" ± {m.std:.{digits}f}" if m.std is not None else ""
+    return f"{m.mean:.{digits}f}{spread} (n={m.n})"
 
 
-def _fmt(value: float | None, *, signed: bool = False) -> str:
+def _fmt(value: float | None, digits: int, *, signed: bool = False) -> str:
     if value is None:
         return "n/a"
-    return f"{value:+.2f}" if signed else f"{value:.2f}"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
 def _raw(value: float | None) -> str:

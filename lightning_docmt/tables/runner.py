@@ -7,7 +7,14 @@ Each run lives in `results/<table id>/<row>/seed<S>/`:
     metrics.json   what `run_row` returned; its presence marks the run finished, so a re-run skips it
     error.json     why the last attempt failed (removed when the run is retried)
 
-and the table in `results/<table id>/table.{md,csv,png}`. A failing run is recorded and the others
+and the table in `results/<table id>/table.{md,csv,png}`. Checkpoints stay in each stage's folder
+(`<row>/seed<S>/<stage>/checkpoints/`) and in the stage cache.
+
+The archive `experiments/measured/` (ARCHIVE_DIRNAME) is such a results directory, committed without
+its checkpoints: the runs behind every number that experiments/README.md quotes. `docmt table
+TABLE.yaml --seeds 1,2,3 --results experiments/measured` rebuilds a table from it (mean, sd and
+significance from the archived hypotheses, no training) and trains only the seeds it lacks, so a
+table can be filled over several machines or sessions. A failing run is recorded and the others
 continue. Every selected row is composed before anything runs, so a config error stops the table
 before any training; a finished run whose saved config differs from the one composed now is also an
 error (re-running with another profile must not silently reuse old numbers).
@@ -50,6 +57,7 @@ from lightning_docmt.tables.spec import Table, TableRow, compose_row, load_table
 RunRow = Callable[[DictConfig, Path], Mapping[str, Any]]
 
 METRICS_FILE, ERROR_FILE, LOG_FILE = "metrics.json", "error.json", "log.txt"
+ARCHIVE_DIRNAME = "measured"  # experiments/measured/: archived runs, not experiment files
 # Keys that do not change a run's numbers: a finished run composed with other values here is reused.
 REUSE_IGNORED_KEYS = ("logging", "trainer", "data.num_workers", "data.cache_dir")
 
