@@ -12,6 +12,12 @@ export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
+# The suite runs on one pytest-xdist worker per core (training tests use one torch thread each, see
+# tests/run_env.py), and prints its 15 slowest tests so that CI shows where its time goes.
+# `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= auto
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --durations=15
+
 .PHONY: demo test test-fast bench setup clean
 
 setup: $(STAMP)
@@ -28,10 +34,10 @@ demo: $(STAMP)
 	$(BIN)/docmt demo
 
 test: $(STAMP)
-	WANDB_MODE=disabled $(BIN)/python -m pytest -q
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 test-fast: $(STAMP)
-	WANDB_MODE=disabled $(BIN)/python -m pytest -q -m "not slow"
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/docmt bench
