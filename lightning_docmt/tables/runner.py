@@ -8,16 +8,16 @@ Each run lives in `results/<table id>/<row>/seed<S>/`:
     error.json     why the last attempt failed (removed when the run is retried)
 
 and the table in `results/<table id>/table.{md,csv,png}`. Checkpoints stay in each stage's folder
-(`<row>/seed<S>/<stage>/checkpoints/`) and in the stage cache.
+(`<row>/seed<S>/<stage>/checkpoints/`) and in the stage cache. A failing run is recorded and the
+others continue. Every selected row is composed before anything runs, so a config error stops the
+table before any training; a finished run whose saved config differs from the one composed now is also an
+error (re-running with another profile must not silently reuse old numbers).
 
 The archive `experiments/measured/` (ARCHIVE_DIRNAME) is such a results directory, committed without
 its checkpoints: the runs behind every number that experiments/README.md quotes. `docmt table
 TABLE.yaml --seeds 1,2,3 --results experiments/measured` rebuilds a table from it (mean, sd and
 significance from the archived hypotheses, no training) and trains only the seeds it lacks, so a
-table can be filled over several machines or sessions. A failing run is recorded and the others
-continue. Every selected row is composed before anything runs, so a config error stops the table
-before any training; a finished run whose saved config differs from the one composed now is also an
-error (re-running with another profile must not silently reuse old numbers).
+table can be filled over several machines or sessions.
 
 The training itself is injected: `run_row(cfg, run_dir) -> {metric: value}`, so this module knows
 nothing of models. `dry_run` instead returns one `docmt fit` command per run, for cluster schedulers.
