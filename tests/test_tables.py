@@ -202,6 +202,26 @@ def test_a_finished_run_of_another_config_is_an_error_before_anything_runs(table
     assert not fake.calls
 
 
+def test_an_option_added_since_a_finished_run_does_not_orphan_it_but_a_removed_one_does(table_file,
+                                                                                      tmp_path):
+    """A key the saved config lacks (an option the code gained after the run) is not a difference;
+    a key the code no longer composes is."""
+    fake = FakeTraining()
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    saved = tmp_path / "r" / "unit.t1" / "small" / "seed1" / "config.yaml"
+    config = yaml.safe_load(saved.read_text())
+    del config["model"]["d_model"]
+    saved.write_text(yaml.safe_dump(config))
+    fake.calls.clear()
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    assert not fake.calls
+    config["model"]["an_option_since_removed"] = 3
+    saved.write_text(yaml.safe_dump(config))
+    with pytest.raises(DocMTInputError, match=r"model.an_option_since_removed \(3 -> '<absent>'\)"):
+        run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    assert not fake.calls
+
+
 def test_fit_of_a_row_with_overrides_never_returns_the_finished_run_of_another_config(table_file,
                                                                                        tmp_path):
     """`docmt fit TABLE --row R key=value` writes where `docmt table` looks; a finished run there

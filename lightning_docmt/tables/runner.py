@@ -209,8 +209,11 @@ def _record_on_disk(row: str, seed: int, run_dir: Path) -> RunRecord:
 def check_reusable(cfg: DictConfig, run_dir: Path) -> None:
     """A finished run in `run_dir` is reused only if its saved config matches `cfg` (outside
     REUSE_IGNORED_KEYS); one that other code produced is reused with a warning naming the code it
-    came from. Called by `docmt table` for every planned run before any runs, and by `docmt fit
-    TABLE --row` (whose command-line overrides may change the row's config)."""
+    came from. A key that the saved config lacks is an option added to the code since the run: the
+    run was made without it, which the code warning covers, so it does not make the configs differ
+    (else every new option would orphan the archive of measured runs). Called by `docmt table` for
+    every planned run before any runs, and by `docmt fit TABLE --row` (whose command-line overrides
+    may change the row's config)."""
     saved_path = run_dir / CONFIG_FILENAME
     if not ((run_dir / METRICS_FILE).is_file() and saved_path.is_file()):
         return
@@ -222,12 +225,11 @@ def check_reusable(cfg: DictConfig, run_dir: Path) -> None:
     saved.pop(RESOLVED_KEY, None)
     now = _flatten(OmegaConf.to_container(cfg, resolve=True))
     before = _flatten(saved)
-    differ = sorted(key for key in now.keys() | before.keys()
-                    if now.get(key, "<absent>") != before.get(key, "<absent>")
+    differ = sorted(key for key in before if now.get(key, "<absent>") != before[key]
                     and not key.startswith(tuple(f"{k}." for k in REUSE_IGNORED_KEYS))
                     and key not in REUSE_IGNORED_KEYS)
     if differ:
-        shown = ", ".join(f"{k} ({before.get(k, '<absent>')!r} -> {now.get(k, '<absent>')!r})"
+        shown = ", ".join(f"{k} ({before[k]!r} -> {now.get(k, '<absent>')!r})"
                           for k in differ[:4]) + (" ..." if len(differ) > 4 else "")
         raise DocMTInputError(f"holds a finished run of another config: {shown}; delete the folder "
                               "to run it again, or choose another results directory",
