@@ -11,19 +11,10 @@ import pytest
 
 from lightning_docmt.config.composition import compose
 from lightning_docmt.registry import import_all_archs
-from lightning_docmt.tables.runner import ARCHIVE_DIRNAME
 from lightning_docmt.tables.spec import compose_row, is_table_file, load_table
 from lightning_docmt.training.run import check_stages
 from lightning_docmt.config.yaml_file import YamlFile
-
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-
-
-def experiment_files() -> list[Path]:
-    """The experiment YAMLs: every one under experiments/ but the archived runs' configs."""
-    return sorted(p for p in EXPERIMENTS.rglob("*.yaml")
-                  if ARCHIVE_DIRNAME not in p.relative_to(EXPERIMENTS).parts)
-
+from tests.experiment_files import EXPERIMENTS, experiment_files
 
 def experiment_cases() -> list[tuple[Path, str | None]]:
     cases: list[tuple[Path, str | None]] = []

@@ -14,25 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.registry import import_all_archs
 from lightning_docmt.tables.report import FINISHED
 from lightning_docmt.tables.runner import ARCHIVE_DIRNAME, METRICS_FILE, run_table
-from lightning_docmt.tables.spec import is_table_file, load_table
+from tests.experiment_files import EXPERIMENTS, table_files
 
-REPO = Path(__file__).resolve().parents[1]
-EXPERIMENTS = REPO / "experiments"
+REPO = EXPERIMENTS.parent
 ARCHIVE = EXPERIMENTS / ARCHIVE_DIRNAME
 RUN_FILES = ("config.yaml", METRICS_FILE, "test.hyp.txt", "test.ref.txt")
-
-
-def table_files() -> dict[str, Path]:
-    """Table id -> its YAML, for every table file of experiments/."""
-    found = {}
-    for path in sorted(EXPERIMENTS.rglob("*.yaml")):
-        if ARCHIVE_DIRNAME not in path.relative_to(EXPERIMENTS).parts and is_table_file(YamlFile.load(path)):
-            found[load_table(path).id] = path
-    return found
 
 
 def archived_tables() -> list[Path]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_docmt.tables.runner import ARCHIVE_DIRNAME
+from tests.experiment_files import EXPERIMENTS, experiment_files
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,8 +37,7 @@ def test_the_wheel_ships_callbacks_experiments_and_benchmarks_inside_the_package
                     "lightning_docmt/config/profiles/cpu.yaml",
                     "lightning_docmt/config/arch/zhang_doc.yaml"):
         assert shipped in names, shipped
-    repo_yaml = {p.relative_to(REPO / "experiments").as_posix() for p in (REPO / "experiments").rglob("*.yaml")
-                 if ARCHIVE_DIRNAME not in p.relative_to(REPO / "experiments").parts}  # the archive stays out
+    repo_yaml = {p.relative_to(EXPERIMENTS).as_posix() for p in experiment_files()}  # the archive stays out
     assert {n.removeprefix("lightning_docmt/experiments/") for n in names
             if n.startswith("lightning_docmt/experiments/") and n.endswith(".yaml")} == repo_yaml
 

@@ -67,7 +67,7 @@ def test_a_run_with_one_suite_names_its_metrics_without_it(tmp_path):
 
 
 def test_cxmi_columns_show_four_decimals_and_scores_two(tmp_path):
-    """A CXMI of 1.2e-4 nats per token is not 0.00, and a context-blind row's 0 is printed as 0."""
+    """A CXMI of 1.2e-4 nats per token is not 0.00, and a context-blind row's 0 keeps the same four decimals."""
     table = write_table(tmp_path, metrics=["test/bleu", "cxmi", "random_ctx/cxmi"],
                         rows=[{"name": "a"}, {"name": "b"}])
 

@@ -10,8 +10,8 @@ Each run lives in `results/<table id>/<row>/seed<S>/`:
 and the table in `results/<table id>/table.{md,csv,png}`. Checkpoints stay in each stage's folder
 (`<row>/seed<S>/<stage>/checkpoints/`) and in the stage cache. A failing run is recorded and the
 others continue. Every selected row is composed before anything runs, so a config error stops the
-table before any training; a finished run whose saved config differs from the one composed now is also an
-error (re-running with another profile must not silently reuse old numbers).
+table before any training; a finished run whose saved config differs from the one composed now is
+also an error (re-running with another profile must not silently reuse old numbers).
 
 The archive `experiments/measured/` (ARCHIVE_DIRNAME) is such a results directory, committed without
 its checkpoints: the runs behind every number that experiments/README.md quotes. `docmt table

@@ -1,0 +1,24 @@
+"""The experiment YAMLs of experiments/: every one but the configs of the archived runs
+(experiments/measured/, lightning_docmt/tables/runner.py)."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from lightning_docmt.config.yaml_file import YamlFile
+from lightning_docmt.tables.runner import ARCHIVE_DIRNAME
+from lightning_docmt.tables.spec import is_table_file, load_table
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def experiment_files() -> list[Path]:
+    return sorted(p for p in EXPERIMENTS.rglob("*.yaml")
+                  if ARCHIVE_DIRNAME not in p.relative_to(EXPERIMENTS).parts)
+
+
+@cache
+def table_files() -> dict[str, Path]:
+    """Table id -> its YAML, for every table file among experiment_files()."""
+    return {load_table(p).id: p for p in experiment_files() if is_table_file(YamlFile.load(p))}
