@@ -20,8 +20,7 @@ from omegaconf import OmegaConf
 from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import WordVocab
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.evaluation.contrastive import score_suite
-from lightning_docmt.inference.translate import LoadedModel, translate_documents
+from lightning_docmt.inference.translate import LoadedModel, explain_selection, translate_documents
 from lightning_docmt.training import run as train
 from lightning_docmt.training.model_hooks import CarriedState
 from lightning_docmt.training.module import DocMTModule
@@ -133,10 +132,5 @@ def test_sentence_by_sentence_inference_of_a_carrying_model_is_refused(tmp_path,
     documents = [Document("d", ["a", "a"], ["", ""])]
     with pytest.raises(DocMTInputError, match="output_carry"):  # document order, but no output state
         translate_documents(model, documents, beam=1, len_penalty=1.0)
-    example = {"id": "e", "src": "a", "src_context": [], "tgt_context": [], "candidates": ["a", "b"],
-               "label": 0}
-    with pytest.raises(DocMTInputError, match="contrastive scoring"):
-        score_suite(model, [example])
-    with pytest.raises(DocMTInputError, match="key 'eval.contrastive'"):
-        train.check_stages(tiny_config(tmp_path, f"model.arch={CARRYING}", "data.document_order=true",
-                                       "eval.contrastive=[corpus]"))
+    with pytest.raises(DocMTInputError, match="explaining the context selection"):  # sentences alone
+        explain_selection(model, documents)

@@ -458,6 +458,55 @@ def test_translation_walks_each_document_in_order_and_batching_documents_is_invi
             assert torch.allclose(read[side].states, expected[side].states, atol=1e-6), (sent, side)
 
 
+def shared_loaded_model(tmp_path: Path, side: str):
+    """A random shared-context model (`side`) loaded as `docmt contrastive` loads one, and its words."""
+    from lightning_docmt.data.vocab import WordVocab
+    from lightning_docmt.inference.translate import LoadedModel
+
+    words = [f"w{i}" for i in range(VOCAB - 5)]  # 5 specials: ids 0..VOCAB-1 in all
+    cfg = tiny_config(tmp_path, "model.arch=yk_rnn", "model.context=shared", f"context.side={side}",
+                      "data.document_order=true", "model.d_model=16")
+    torch.manual_seed(5)
+    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), VOCAB, VOCAB).eval()
+    return LoadedModel(module, cfg, WordVocab(words), WordVocab(words)), words
+
+
+@pytest.mark.parametrize("side", ["source", "target", "mix"])
+def test_contrastive_scoring_walks_each_candidate_document_in_order(tmp_path, side):
+    """A shared model scores a candidate after its context sentences hand their state on (the
+    target side teacher-forced on `tgt_context`): the previous target sentence changes the scores
+    of a model that reads target states and not of a source-only one (the previous source sentence
+    changes both: the decoder states attend to it); with no context it scores as a first sentence;
+    examples scored together score as each alone (no state crosses documents); the sentence before
+    the previous one is not read (the carried states are LSTM states, which attend to no context:
+    no input feeding, reading Y3)."""
+    from lightning_docmt.evaluation.contrastive import score_suite
+
+    model, w = shared_loaded_model(tmp_path, side)
+
+    def example(i: int, src_context: list[str], tgt_context: list[str]) -> dict:
+        return {"id": f"e{i}", "src": f"{w[1]} {w[2]} {w[3]}", "src_context": src_context,
+                "tgt_context": tgt_context, "candidates": [f"{w[4]} {w[5]}", f"{w[6]}"], "label": 0}
+
+    context = ([f"{w[7]} {w[8]}"], [f"{w[9]} {w[10]} {w[11]}"])
+    examples = [example(0, *context),
+                example(1, [f"{w[12]}"], context[1]),  # another source context
+                example(2, context[0], [f"{w[13]} {w[14]}"]),  # another target context
+                example(3, [], []),
+                example(4, [f"{w[15]}", *context[0]], [f"{w[16]}", *context[1]])]  # one more before
+    together = score_suite(model, examples)
+
+    def same(a: list[float], b: list[float]) -> bool:  # up to float rounding of other padded widths
+        return a == pytest.approx(b, abs=1e-5)
+
+    assert all(same(t, score_suite(model, [e])[0]) for t, e in zip(together, examples))
+    first_sentence = score_suite(model, [{**examples[3], "id": "alone"}])[0]
+    assert same(together[3], first_sentence) and not same(together[0], first_sentence)
+    source_changes, target_changes = not same(together[1], together[0]), not same(together[2], together[0])
+    assert (source_changes, target_changes) == (True, side != "source")
+    assert same(together[4], together[0])
+
+
 def test_a_shared_models_context_usage_is_scored_by_its_document_order_test_loop(tmp_path, monkeypatch):
     """CXMI of a carrying model: the test loop's NLL with no carried state and with another
     document's, against its NLL with its own (`DocMTModule._carried_context_nll`); the

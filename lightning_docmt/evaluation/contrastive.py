@@ -4,7 +4,10 @@ Each candidate of an example becomes a small document whose last sentence is (`s
 whose earlier sentences are the example's `src_context` / `tgt_context` (the shorter side padded
 with empty sentences at the far end), so the model reads its context through the very window and
 collation code used in training. The score of a candidate is the summed log-probability of its
-tokens (plus `<eos>`) given the source and the context.
+tokens (plus `<eos>`) given the source and the context. A model that carries a state from sentence
+to sentence (`Seq2SeqModel.carries_state`, the shared-context RNN) walks each candidate document in
+order instead, as in training: its context sentences, teacher-forced on the example's
+`tgt_context`, hand their state on to the scored sentence.
 
 Suites of a run (`eval.contrastive`, evaluated after testing; `configured_suites` reads them before
 training so that a bad entry fails early): each entry is a suite file in the generic format,
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +32,7 @@ from omegaconf import DictConfig
 
 from lightning_docmt.evaluation import metrics
 from lightning_docmt.data.context_anchors import RANDOM_CONTEXT_SEED
+from lightning_docmt.data.cache import BinarizedSplit
 from lightning_docmt.data.contrastive import chance_rates, read_suite
 from lightning_docmt.data.languages import data_languages
 from lightning_docmt.data.corpora import corpus_suite
@@ -36,7 +40,8 @@ from lightning_docmt.data.splits import split_sources
 from lightning_docmt.data.types import Document
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.translate import (LoadedModel, batches, binarize_documents,
-                                                  check_sentence_by_sentence)
+                                                  document_order_batches)
+from lightning_docmt.training.model_hooks import CarriedState
 from lightning_docmt.evaluation.named_suites import NAMED_SUITES, load_named_suite, named_suite
 from lightning_docmt.evaluation.scoring import sequence_log_probs
 
@@ -59,19 +64,43 @@ def candidate_documents(examples: Sequence[dict]) -> tuple[list[Document], list[
 def score_suite(model: LoadedModel, examples: Sequence[dict], max_tokens: int = 8192
                 ) -> list[list[float]]:
     """Log-probability of every candidate of every example."""
-    check_sentence_by_sentence(model, "contrastive scoring")
     documents, owners = candidate_documents(examples)
     scores: list[list[float]] = [[0.0] * len(ex["candidates"]) for ex in examples]
     with tempfile.TemporaryDirectory() as tmp:
         split = binarize_documents(documents, model, Path(tmp))
         last = np.asarray(split.doc_offsets[1:], dtype=np.int64) - 1  # the scored sentences
         doc_of_sentence = {int(s): d for d, s in enumerate(last)}
-        for batch in batches(split, last, model.window, max_tokens, model.device):
-            logp = sequence_log_probs(model.module.model, batch)
-            for s, value in zip(batch["sent_index"].tolist(), logp.tolist()):
+        for sentences, logp in last_sentence_log_probs(model, split, last, max_tokens):
+            for s, value in zip(sentences, logp):
                 e, c = owners[doc_of_sentence[s]]
                 scores[e][c] = value
     return scores
+
+
+def last_sentence_log_probs(model: LoadedModel, split: BinarizedSplit, last: np.ndarray,
+                            max_tokens: int) -> Iterator[tuple[list[int], list[float]]]:
+    """(sentence indices, their target log-probabilities) of the sentences `last`, batch by batch.
+
+    A model that reads its context through the window scores them alone, in length-sorted batches.
+    One that carries a state walks every document in document-order batches (sentence j of each
+    document of a group, `inference.translate.document_order_batches`): each batch's teacher-forced
+    state goes on to the next sentence of its document (`DocMTModule.batch_terms`), keyed by
+    document, so documents batched together never read each other's state.
+    """
+    network = model.module.model
+    if not type(network).carries_state:
+        for batch in batches(split, last, model.window, max_tokens, model.device):
+            yield batch["sent_index"].tolist(), sequence_log_probs(network, batch).tolist()
+        return
+    scored = torch.zeros(split.n_sentences, dtype=torch.bool, device=model.device)
+    scored[torch.as_tensor(last, device=model.device)] = True
+    carried = CarriedState()
+    for batch in document_order_batches(split, model.window, model.device):
+        batch, _ = model.module.batch_terms(batch, carried)  # reads the carried rows, keeps the next
+        rows = scored[batch["sent_index"]]  # (B,) the documents' last sentences
+        if rows.any():
+            logp = sequence_log_probs(network, batch)  # (B,) with the carried rows of `batch`
+            yield batch["sent_index"][rows].tolist(), logp[rows].tolist()
 
 
 def evaluate_suite(model: LoadedModel, examples: Sequence[dict]) -> dict[str, Any]:

@@ -76,10 +76,10 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
 
 
 def check_sentence_by_sentence(model: LoadedModel, what: str) -> None:
-    """A model that hands a state from each sentence to the next (`carries_state`) is decoded in
-    document order only by the test loop (`docmt test`) and `translate_documents`; `what`
-    (contrastive scoring, explaining a selection) takes sentences out of their documents, so it is
-    an error naming `model.arch`."""
+    """A model that hands a state from each sentence to the next (`carries_state`) is run in
+    document order only by the test loop (`docmt test`), `translate_documents` and contrastive
+    scoring; `what` (the context-usage passes, explaining a selection) takes sentences out of their
+    documents, so it is an error naming `model.arch`."""
     if type(model.module.model).carries_state:
         raise DocMTInputError(f"{what} of a model that carries state from sentence to sentence "
                               f"('{model.cfg.model.arch}') needs document-order decoding, which "

@@ -43,10 +43,6 @@ def check_training_hooks(model_class: type, phases: Sequence[OptimizerPhase], cf
         raise DocMTInputError(f"model.arch '{arch}' carries a state from each sentence to the next "
                               f"one of its document: set data.document_order=true",
                               key="data.document_order")
-    if model_class.carries_state and cfg.eval.contrastive:
-        raise DocMTInputError(f"model.arch '{arch}' carries a state from sentence to sentence, which "
-                              f"contrastive scoring (single sentences) cannot give it: set "
-                              f"eval.contrastive=[]", key="eval.contrastive")
     if not phases:
         return
     PhaseCycle(phases)  # a malformed declaration (one phase, repeated names, no steps) fails here
