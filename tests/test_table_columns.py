@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
+from lightning_docmt.data import synthetic
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.evaluation import contrastive
+from lightning_docmt.tables.contrastive_columns import column_value
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import compose_row, load_table
 from lightning_docmt.training.run import run_validation_metrics
@@ -88,7 +93,8 @@ def test_an_empty_suite_in_a_column_is_one_error_naming_the_line(tmp_path):
 
 
 @pytest.mark.parametrize("changes, match", [
-    ({"metrics": ["val/bleu", "test/bleu"]}, "metric 'test/bleu' is not a val/ metric"),
+    ({"metrics": ["val/bleu", "test/bleu"]}, "metric 'test/bleu' is neither a val/ metric"),
+    ({"metrics": ["val/bleu", "contrastive:scat"]}, "metric 'contrastive:scat' is neither"),  # a test set
     ({"metrics": ["val/bleu"], "baseline": "a"}, "'baseline' tests test BLEU"),
     ({"evaluate": "train"}, "'evaluate' must be one of test, valid"),
 ])
@@ -98,15 +104,36 @@ def test_a_selection_table_shows_nothing_measured_on_test(tmp_path, changes, mat
 
 
 def test_a_selection_row_trains_and_reports_its_validation_curve_without_touching_test(tmp_path):
-    table = write_table(tmp_path, evaluate="valid", metrics=["val/bleu", "val/bleu@10", "val/bleu@20"],
+    """Also the corpus' own contrastive suite, scored on the valid split's items (`val/contrastive/...`)."""
+    table = write_table(tmp_path, evaluate="valid",
+                        metrics=["val/bleu", "val/bleu@10", "val/bleu@20", "contrastive:corpus"],
                         base=["model.arch=transformer", "profile=tiny", "data.corpus=synthetic:tiny?docs=20",
                               f"data.cache_dir={tmp_path / 'cache'}", "train.max_steps=20",
                               "train.val_every_steps=10", "logging.wandb=false"])
     cfg = compose_row(table, "b")
-    with single_process_run_env():
+    seen = []
+    original = contrastive.score_suite
+    with single_process_run_env(), mock.patch.object(
+            contrastive, "score_suite", lambda model, examples: seen.append(examples) or original(model, examples)):
         scores = run_validation_metrics(cfg, tmp_path / "run")
+    suite = {ex["id"] for ex in seen[0]}
+    assert suite == {ex["id"] for ex in synthetic.contrastive_suite("tiny?docs=20", split="valid")}
+    assert suite.isdisjoint(ex["id"] for ex in synthetic.contrastive_suite("tiny?docs=20"))  # not test's
+    contrastive_keys = {k for k in scores if "contrastive" in k}
+    assert contrastive_keys and all(k.startswith("val/contrastive/") for k in contrastive_keys)
+    assert column_value(scores, "contrastive:corpus") == scores["val/contrastive/accuracy"]
+    scores = {k: v for k, v in scores.items() if k not in contrastive_keys}
     assert set(scores) == {"val/bleu", "val/bleu@10", "val/bleu@20"}
     assert scores["val/bleu"] == max(scores["val/bleu@10"], scores["val/bleu@20"])  # the best is kept
     assert not list((tmp_path / "run").rglob("test*"))  # no test decoding, no test files
     done = next((tmp_path / "cache").rglob("done.json"))
     assert [step for step, _ in json.loads(done.read_text())["validation"]] == [10, 20]
+
+
+@pytest.mark.parametrize("entry", ["scat", "suite.jsonl"])
+def test_scoring_on_valid_refuses_a_test_suite_naming_the_key(tmp_path, entry):
+    """A published suite or a suite file is a test set: nothing may be chosen by reading it."""
+    cfg = OmegaConf.create({"eval": {"contrastive": [entry]}, "data": {}})
+    with pytest.raises(DocMTInputError, match=f"'{entry}' is a test set") as err:
+        contrastive.configured_suites(cfg, "valid")
+    assert "key 'eval.contrastive'" in str(err.value)

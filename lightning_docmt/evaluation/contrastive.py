@@ -18,6 +18,8 @@ the synthetic generator makes one), or a published suite by name (`contrapro`, `
 its name (the file's stem, or `corpus`): `contrastive/<name>/accuracy`, `contrastive/<name>/<phenomenon>`; each suite also gets
 `.../random_ctx/accuracy`, its accuracy when every example reads another example's context, and
 `.../chance` and `.../majority`, what a model that ignores the context and the sentence gets.
+A selection table (`evaluate: valid`) scores `corpus` on the valid split instead, after training,
+and names the metrics `val/contrastive/...` (`training/run.run_validation_metrics`).
 """
 
 from __future__ import annotations
@@ -114,17 +116,25 @@ CORPUS_SUITE = "corpus"  # the `eval.contrastive` entry naming the test corpus' 
 KEY = "eval.contrastive"
 
 
-def configured_suites(cfg: DictConfig) -> dict[str, list[dict]]:
+def configured_suites(cfg: DictConfig, split: str = "test") -> dict[str, list[dict]]:
     """The suites of `eval.contrastive`, read and validated, by metric name (see the module
     docstring). A missing or malformed file, `corpus` for a corpus without a suite, or two entries
-    with the same name raise DocMTInputError."""
+    with the same name raise DocMTInputError.
+
+    `split`: the split whose corpus suite `corpus` names. A selection table (`evaluate: valid`)
+    scores the valid split's; there a published suite or a suite file, which are test sets, is an
+    error: nothing is chosen by reading a test set."""
     suites: dict[str, list[dict]] = {}
     for entry in cfg.eval.contrastive:
+        if entry != CORPUS_SUITE and split != "test":
+            raise DocMTInputError(f"'{entry}' is a test set: scoring on the {split} split takes "
+                                  f"only '{CORPUS_SUITE}', the suite of the corpus' {split} split",
+                                  key=KEY)
         if entry == CORPUS_SUITE:
-            spec = split_sources(cfg.data)["test"].spec
-            examples = corpus_suite(spec)
+            spec = split_sources(cfg.data)[split].spec
+            examples = corpus_suite(spec, split)
             if examples is None:
-                raise DocMTInputError(f"'{CORPUS_SUITE}': the test corpus '{spec}' has no "
+                raise DocMTInputError(f"'{CORPUS_SUITE}': the {split} corpus '{spec}' has no "
                                       "contrastive suite of its own; give a suite file", key=KEY)
             name = CORPUS_SUITE
         elif named_suite(entry) is not None:

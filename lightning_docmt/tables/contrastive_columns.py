@@ -5,7 +5,8 @@
 table gets the suite added to its `eval.contrastive` (`with_suites`), and the column shows the
 run's `<key>` for that suite (default `accuracy`; also `random_ctx/accuracy`, a phenomenon such as
 `pronoun_il`, `chance`, `majority`). The table's footnote gives each suite's chance and majority
-rates (`footnote`), so that no accuracy is printed without them.
+rates (`footnote`), so that no accuracy is printed without them. In a selection table (`evaluate:
+valid`) only `corpus` may be a column, and it is the corpus' valid-split suite.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ def parse_column(metric: str) -> Optional[ContrastiveColumn]:
     return ContrastiveColumn(entry, key or "accuracy")
 
 
+def is_corpus_column(metric: str) -> bool:
+    """Whether `metric` is a column of the corpus' own suite (`contrastive:corpus[:<key>]`), the one
+    suite a selection table (`evaluate: valid`) scores, on the valid split."""
+    column = parse_column(metric)
+    return column is not None and column.entry == CORPUS_SUITE
+
+
 def check_column(metric: str) -> Optional[str]:
     """Why `metric` is not a valid contrastive column, or None."""
     column = parse_column(metric)
@@ -59,12 +67,16 @@ def with_suites(cfg: DictConfig, metrics: Sequence[str]) -> None:
 
 def column_value(metrics: Mapping[str, Any], metric: str) -> Any:
     """The value of column `metric` in a run's metrics. A run with one suite names its metrics
-    without the suite (`contrastive/accuracy`), one with several with it (`contrastive/scat/accuracy`)."""
+    without the suite (`contrastive/accuracy`), one with several with it (`contrastive/scat/accuracy`);
+    a selection table's run prefixes them with `val/` (scored on the valid split)."""
     column = parse_column(metric)
     if column is None:
         return metrics.get(metric)
-    named = metrics.get(f"contrastive/{column.suite_name}/{column.key}")
-    return named if named is not None else metrics.get(f"contrastive/{column.key}")
+    for scope in ("", "val/"):
+        for name in (f"{scope}contrastive/{column.suite_name}/{column.key}", f"{scope}contrastive/{column.key}"):
+            if metrics.get(name) is not None:
+                return metrics[name]
+    return None
 
 
 def footnote(metrics_columns: Sequence[str], records_metrics: Sequence[Mapping[str, Any]]) -> list[str]:

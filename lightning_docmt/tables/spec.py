@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_docmt.config.composition import Layer, compose, compose_layers, override_layers
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.yaml_file import YamlFile
+from lightning_docmt.evaluation.contrastive import CORPUS_SUITE
 from lightning_docmt.tables import contrastive_columns
 
 TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "baseline", "evaluate", "notes")
@@ -150,11 +151,13 @@ def load_table(path: str | Path) -> Table:
     evaluate = data.get("evaluate", "test")
     if evaluate not in EVALUATED_SPLITS:
         raise fail(f"'evaluate' must be one of {', '.join(EVALUATED_SPLITS)}, got {evaluate!r}", "evaluate")
-    if evaluate == "valid":
-        not_valid = [m for m in metrics if not m.startswith("val/")]
+    if evaluate == "valid":  # the valid split's scores, and its own contrastive suite (`corpus`)
+        not_valid = [m for m in metrics
+                     if not m.startswith("val/") and not contrastive_columns.is_corpus_column(m)]
         if not_valid:  # a selection table must not show anything measured on test
             raise fail(f"'evaluate: valid' scores on the valid split only: metric '{not_valid[0]}' "
-                       "is not a val/ metric", "metrics")
+                       f"is neither a val/ metric nor a column of the corpus' own suite "
+                       f"({contrastive_columns.PREFIX}{CORPUS_SUITE}[:<key>])", "metrics")
         if baseline is not None:
             raise fail("'baseline' tests test BLEU: a table with 'evaluate: valid' has none", "baseline")
     return Table(file=file, id=table_id, title=data["title"], metrics=tuple(metrics),

@@ -44,7 +44,7 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.provenance import code_fingerprint, environment_record, resolved_device
 from lightning_docmt.inference.device import trainer_settings
 from lightning_docmt.inference.reference_context import check_no_reference_target
-from lightning_docmt.inference.translate import LoadedModel
+from lightning_docmt.inference.translate import LoadedModel, load_checkpoint
 from lightning_docmt.training.model_hooks import check_training_hooks
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.registry import get_arch, model_config
@@ -318,13 +318,20 @@ def run_validation_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     """The table runner's `run_row` for a selection table (`evaluate: valid`): train every stage
     into `run_dir` and return the final stage's validation scores, never touching the test split:
     `val/bleu` (or `val/loss`: the monitored metric) of the checkpoint the stage hands on, and
-    `<metric>@<step>` for every validation of the stage."""
+    `<metric>@<step>` for every validation of the stage; with `eval.contrastive: [corpus]`, that
+    checkpoint's accuracies on the valid split's suite as `val/contrastive/...`
+    (`evaluation/contrastive.py`)."""
     check_stages(cfg)
+    suites = configured_suites(cfg, "valid")  # before training: a test suite here is an error
     final = train_stages(cfg, Path(run_dir), resume=True)[cfg.train.schedule[-1]]
     info = json.loads((final.checkpoint.parent / "done.json").read_text())
     metric = monitor_metric(stage_config(cfg, final.name))[0]
     scores: dict[str, float] = {metric: info["best_score"]}
     scores.update({f"{metric}@{step}": value for step, value in info.get("validation", [])})
+    if suites and is_global_zero():
+        on_gpu = resolved_device(cfg.trainer.accelerator) != "cpu"
+        model = load_checkpoint(final.checkpoint, "cuda" if on_gpu else "cpu")
+        scores.update({f"val/{k}": v for k, v in suite_metrics(model, suites).items()})
     return scores
 
 

@@ -9,8 +9,9 @@ vocabulary and binarized caches).
 Readers that take options use a query string after their arguments: `bible:en-fr?src=kjv&tgt=darby`,
 `synthetic:small?docs=5000&seed=3` (parsed by `split_query`).
 
-A reader may also provide `suite(args)`: the contrastive suite that belongs to the corpus' test split
-(the synthetic generator writes one), which `eval.contrastive: [corpus]` evaluates.
+A reader may also provide `suite(args, split)`: the contrastive suite that belongs to a split of the
+corpus (the synthetic generator writes one per split), which `eval.contrastive: [corpus]` evaluates:
+the test split's after testing, the valid split's in a selection table (`evaluate: valid`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class Reader:
     read: Callable[[str], Corpus]
     fingerprint: Callable[[str], str]
     help: str
-    suite: Optional[Callable[[str], list[dict]]] = None  # the test split's contrastive examples
+    suite: Optional[Callable[[str, str], list[dict]]] = None  # (args, split) -> its contrastive examples
 
 
 READERS: dict[str, Reader] = {}
@@ -39,7 +40,7 @@ _READER_MODULES = ("jsonl", "bible", "wit3", "maruf", "text", "synthetic")
 
 
 def register_reader(prefix: str, *, fingerprint: Callable[[str], str], help: str,
-                    suite: Optional[Callable[[str], list[dict]]] = None):
+                    suite: Optional[Callable[[str, str], list[dict]]] = None):
     """Class-free registration: decorate the module's `read(args) -> Corpus`."""
 
     def wrap(read: Callable[[str], Corpus]):
@@ -75,10 +76,10 @@ def read_corpus(spec: str) -> Corpus:
     return corpus
 
 
-def corpus_suite(spec: str) -> list[dict] | None:
-    """The contrastive suite of the corpus' test split, or None when its reader has none."""
+def corpus_suite(spec: str, split: str = "test") -> list[dict] | None:
+    """The contrastive suite of the corpus' `split`, or None when its reader has none."""
     reader, args = parse_spec(spec)
-    return reader.suite(args) if reader.suite is not None else None
+    return reader.suite(args, split) if reader.suite is not None else None
 
 
 def corpus_fingerprint(spec: str) -> str:

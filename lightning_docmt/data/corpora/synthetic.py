@@ -1,8 +1,8 @@
 """`synthetic:NAME[?key=value&...]`: the project's context-phenomena generator (`data/synthetic.py`).
 
 The corpus is a pure function of its resolved settings, so its fingerprint is those settings plus the
-generator version; nothing is read from disk. Its contrastive suite is generated with it (the
-test split's items, `synthetic.contrastive_suite`).
+generator version; nothing is read from disk. Its contrastive suites are generated with it (a
+split's items, `synthetic.contrastive_suite`).
 """
 
 from __future__ import annotations
