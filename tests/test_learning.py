@@ -282,7 +282,8 @@ def test_co_attention_uses_its_context_and_a_selection_cost_makes_it_select_the_
 
 
 RNN_STEPS = 1500  # the RNN baseline, and each shared model's further steps from it
-RNN_BASE_STAGE = "base: {arch: yk_rnn, model: {context: none}}"
+# the baseline, one stage for every side (context_side fixed: it would otherwise follow context.side)
+RNN_BASE_STAGE = "base: {arch: yk_rnn, model: {context: none, context_side: source}}"
 RNN_SETTINGS = ["train.optim.optimizer=adam", f"train.max_steps={RNN_STEPS}"]
 
 

@@ -479,7 +479,7 @@ def test_contrastive_scoring_walks_each_candidate_document_in_order(tmp_path, si
     changes both: the decoder states attend to it); with no context it scores as a first sentence;
     examples scored together score as each alone (no state crosses documents); the sentence before
     the previous one is not read (the carried states are LSTM states, which attend to no context:
-    no input feeding, reading Y3)."""
+    no input feeding, reading Y3; the contrastive reading is Y16)."""
     from lightning_docmt.evaluation.contrastive import score_suite
 
     model, w = shared_loaded_model(tmp_path, side)
