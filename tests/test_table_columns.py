@@ -137,3 +137,15 @@ def test_scoring_on_valid_refuses_a_test_suite_naming_the_key(tmp_path, entry):
     with pytest.raises(DocMTInputError, match=f"'{entry}' is a test set") as err:
         contrastive.configured_suites(cfg, "valid")
     assert "key 'eval.contrastive'" in str(err.value)
+
+
+def test_a_selection_row_that_never_validates_reports_its_last_checkpoints_suite(tmp_path):
+    """Without a validation during training the stage hands on its last step: no val/bleu, but the
+    valid split's suite of that checkpoint."""
+    table = write_table(tmp_path, evaluate="valid", metrics=["contrastive:corpus"],
+                        base=["model.arch=transformer", "profile=tiny", "data.corpus=synthetic:tiny?docs=20",
+                              f"data.cache_dir={tmp_path / 'cache'}", "train.max_steps=4",
+                              "train.val_every_steps=100000", "logging.wandb=false"])
+    with single_process_run_env():
+        scores = run_validation_metrics(compose_row(table, "b"), tmp_path / "run")
+    assert "val/bleu" not in scores and 0.0 <= scores["val/contrastive/accuracy"] <= 1.0

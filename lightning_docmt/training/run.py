@@ -318,15 +318,17 @@ def run_validation_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     """The table runner's `run_row` for a selection table (`evaluate: valid`): train every stage
     into `run_dir` and return the final stage's validation scores, never touching the test split:
     `val/bleu` (or `val/loss`: the monitored metric) of the checkpoint the stage hands on, and
-    `<metric>@<step>` for every validation of the stage; with `eval.contrastive: [corpus]`, that
-    checkpoint's accuracies on the valid split's suite as `val/contrastive/...`
-    (`evaluation/contrastive.py`)."""
+    `<metric>@<step>` for every validation of the stage (neither when it never validated); with
+    `eval.contrastive: [corpus]`, that checkpoint's accuracies on the valid split's suite as
+    `val/contrastive/...` (`evaluation/contrastive.py`)."""
     check_stages(cfg)
     suites = configured_suites(cfg, "valid")  # before training: a test suite here is an error
     final = train_stages(cfg, Path(run_dir), resume=True)[cfg.train.schedule[-1]]
     info = json.loads((final.checkpoint.parent / "done.json").read_text())
     metric = monitor_metric(stage_config(cfg, final.name))[0]
-    scores: dict[str, float] = {metric: info["best_score"]}
+    scores: dict[str, float] = {}
+    if info["best_score"] is not None:  # None: the stage never validated and hands on its last step
+        scores[metric] = info["best_score"]
     scores.update({f"{metric}@{step}": value for step, value in info.get("validation", [])})
     if suites and is_global_zero():
         on_gpu = resolved_device(cfg.trainer.accelerator) != "cpu"
