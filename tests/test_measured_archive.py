@@ -16,12 +16,19 @@ import pytest
 
 from lightning_docmt.registry import import_all_archs
 from lightning_docmt.tables.report import FINISHED
+from lightning_docmt.tables.contrastive_columns import column_value
 from lightning_docmt.tables.runner import ARCHIVE_DIRNAME, METRICS_FILE, run_table
+from lightning_docmt.tables.spec import load_table
 from tests.experiment_files import EXPERIMENTS, table_files
 
 REPO = EXPERIMENTS.parent
 ARCHIVE = EXPERIMENTS / ARCHIVE_DIRNAME
 RUN_FILES = ("config.yaml", METRICS_FILE, "test.hyp.txt", "test.ref.txt")
+SELECTION_RUN_FILES = ("config.yaml", METRICS_FILE)  # `evaluate: valid`: the test split never decoded
+
+
+def is_selection_table(table_dir: Path) -> bool:
+    return load_table(table_files()[table_dir.name]).evaluate == "valid"
 
 
 def archived_tables() -> list[Path]:
@@ -38,8 +45,16 @@ def test_the_archive_holds_runs():
 
 @pytest.mark.parametrize("table_dir", archived_tables(), ids=lambda p: p.name)
 def test_every_archived_run_is_complete(table_dir):
+    """A test row has its outputs and test BLEU; a selection row (`evaluate: valid`) its valid
+    scores and nothing of the test split."""
     assert table_dir.name in table_files(), f"{table_dir.name} is no table id of experiments/"
     for run in archived_runs(table_dir):
+        if is_selection_table(table_dir):
+            assert all((run / name).is_file() for name in SELECTION_RUN_FILES), run
+            metrics = json.loads((run / METRICS_FILE).read_text())
+            assert any(k.startswith("val/") for k in metrics), run
+            assert not [k for k in metrics if k.startswith("test/")] and not list(run.glob("test*")), run
+            continue
         for name in RUN_FILES:
             assert (run / name).is_file(), run / name
         hyps = (run / "test.hyp.txt").read_text(encoding="utf-8").split("\n")
@@ -72,10 +87,11 @@ def test_an_archived_table_rebuilds_without_training(table_dir, tmp_path):
     assert outcome.records and {r.status for r in outcome.records} == {FINISHED}
     with open(outcome.outputs["csv"], newline="") as f:
         cells = {(r["row"], r["metric"]): r for r in csv.DictReader(f)}
+    first_column = outcome.table.metrics[0]
     for row in rows:
-        bleus = [json.loads((run / METRICS_FILE).read_text())["test/bleu"]
-                 for run in archived_runs(table_dir) if run.parent.name == row]
-        assert float(cells[(row, "test/bleu")]["mean"]) == pytest.approx(statistics.mean(bleus))
+        values = [column_value(json.loads((run / METRICS_FILE).read_text()), first_column)
+                  for run in archived_runs(table_dir) if run.parent.name == row]
+        assert float(cells[(row, first_column)]["mean"]) == pytest.approx(statistics.mean(values))
     baseline = outcome.table.baseline
     if baseline in rows:  # every other archived row is tested against it, seed by seed
         tested = [row for row in rows if row != baseline]
