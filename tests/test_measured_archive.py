@@ -48,8 +48,9 @@ def test_every_archived_run_is_complete(table_dir):
     """A test row has its outputs and test BLEU; a selection row (`evaluate: valid`) its valid
     scores and nothing of the test split."""
     assert table_dir.name in table_files(), f"{table_dir.name} is no table id of experiments/"
+    selection = is_selection_table(table_dir)
     for run in archived_runs(table_dir):
-        if is_selection_table(table_dir):
+        if selection:
             assert all((run / name).is_file() for name in SELECTION_RUN_FILES), run
             metrics = json.loads((run / METRICS_FILE).read_text())
             assert any(k.startswith("val/") for k in metrics), run

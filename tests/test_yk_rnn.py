@@ -417,20 +417,29 @@ def test_the_evaluation_loop_hands_on_the_hypothesis_states():
     assert not torch.allclose(kept.states, reference.states[:, : kept.states.size(1)], atol=1e-3)
 
 
+def shared_loaded_model(tmp_path: Path, side: str, *overrides: str, seed: int):
+    """A random shared-context model (`side`) loaded as `docmt translate` and `docmt contrastive`
+    load one, and its words."""
+    from lightning_docmt.data.vocab import WordVocab
+    from lightning_docmt.inference.translate import LoadedModel
+
+    words = [f"w{i}" for i in range(VOCAB - 5)]  # 5 specials: ids 0..VOCAB-1 in all
+    cfg = tiny_config(tmp_path, "model.arch=yk_rnn", "model.context=shared", f"context.side={side}",
+                      "data.document_order=true", "model.d_model=16", *overrides)
+    torch.manual_seed(seed)
+    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), VOCAB, VOCAB).eval()
+    return LoadedModel(module, cfg, WordVocab(words), WordVocab(words)), words
+
+
 def test_translation_walks_each_document_in_order_and_batching_documents_is_invisible(tmp_path):
     """`docmt translate` of a shared-mix model: each document in order, sentence j reading the
     states of the model's own sentence j - 1; translating documents side by side gives each one's
     translation alone, and a document's first sentence is translated as with no context."""
     from lightning_docmt.data.types import Document
-    from lightning_docmt.data.vocab import WordVocab
-    from lightning_docmt.inference.translate import LoadedModel, translate_documents
+    from lightning_docmt.inference.translate import translate_documents
 
-    words = [f"w{i}" for i in range(VOCAB - 5)]  # 5 specials: ids 0..VOCAB-1 in all
-    cfg = tiny_config(tmp_path, "model.arch=yk_rnn", "model.context=shared", "context.side=mix",
-                      "data.document_order=true", "model.d_model=16", "decode.max_len_b=4")
-    torch.manual_seed(3)
-    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), VOCAB, VOCAB).eval()
-    model = LoadedModel(module, cfg, WordVocab(words), WordVocab(words))
+    model, words = shared_loaded_model(tmp_path, "mix", "decode.max_len_b=4", seed=3)
+    module = model.module
     g = torch.Generator().manual_seed(0)
     documents = [Document(f"d{d}", [" ".join(words[i] for i in torch.randint(0, len(words), (n,), generator=g).tolist())
                                     for n in lengths], [""] * len(lengths))
@@ -458,19 +467,6 @@ def test_translation_walks_each_document_in_order_and_batching_documents_is_invi
             assert torch.allclose(read[side].states, expected[side].states, atol=1e-6), (sent, side)
 
 
-def shared_loaded_model(tmp_path: Path, side: str):
-    """A random shared-context model (`side`) loaded as `docmt contrastive` loads one, and its words."""
-    from lightning_docmt.data.vocab import WordVocab
-    from lightning_docmt.inference.translate import LoadedModel
-
-    words = [f"w{i}" for i in range(VOCAB - 5)]  # 5 specials: ids 0..VOCAB-1 in all
-    cfg = tiny_config(tmp_path, "model.arch=yk_rnn", "model.context=shared", f"context.side={side}",
-                      "data.document_order=true", "model.d_model=16")
-    torch.manual_seed(5)
-    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), VOCAB, VOCAB).eval()
-    return LoadedModel(module, cfg, WordVocab(words), WordVocab(words)), words
-
-
 @pytest.mark.parametrize("side", ["source", "target", "mix"])
 def test_contrastive_scoring_walks_each_candidate_document_in_order(tmp_path, side):
     """A shared model scores a candidate after its context sentences hand their state on (the
@@ -482,7 +478,7 @@ def test_contrastive_scoring_walks_each_candidate_document_in_order(tmp_path, si
     no input feeding, reading Y3; the contrastive reading is Y16)."""
     from lightning_docmt.evaluation.contrastive import score_suite
 
-    model, w = shared_loaded_model(tmp_path, side)
+    model, w = shared_loaded_model(tmp_path, side, seed=5)
 
     def example(i: int, src_context: list[str], tgt_context: list[str]) -> dict:
         return {"id": f"e{i}", "src": f"{w[1]} {w[2]} {w[3]}", "src_context": src_context,
