@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from lightning_docmt.data.batch import EOS_ID, PAD_ID, SEP_ID
 from lightning_docmt.errors import DocMTInputError
@@ -195,14 +195,34 @@ def test_the_gate_mixes_current_and_context_reading_as_a_hand_example():
         block.gate.context_proj.weight.zero_()  # lambda = sigmoid(0) = 1/2
     mask = torch.tensor([[[[True, False, True, False]]]])
     d = block.ffn(block.attn(block.query(current[:1]), context[:1], mask))  # Eqs. 25-26
-    mixed = block(current, context, selected)
+    mixed, gate = block.attend(current, context, selected)
     assert torch.allclose(mixed[0], 0.5 * current[0] + 0.5 * d[0], atol=1e-6)  # Eq. 28
     assert torch.equal(mixed[1], current[1])  # nothing selected: H~ = H^cur (reading L4)
+    assert torch.equal(gate[0], torch.full_like(gate[0], 0.5)) and torch.equal(gate[1], torch.ones_like(gate[1]))
+    assert torch.equal(block(current, context, selected), mixed)
     with torch.no_grad():
         block.gate.input_proj.weight.copy_(torch.eye(D) * 50.0)
     mixed = block(current, context, selected)  # W_h' = 50 I, W_d = 0: lambda -> 1 where h > 0.5
     positive = current[0] > 0.5
     assert torch.allclose(mixed[0][positive], current[0][positive], atol=1e-4)
+
+
+def test_the_context_norm_makes_the_gate_blind_to_the_size_of_the_context_vector():
+    """Reading L21: with `context_norm`, scaling d (here through the FFN's output layer) changes
+    neither lambda nor H^mix; without it, the larger d moves the gate."""
+    torch.manual_seed(0)
+    current, context = torch.randn(1, 3, D), torch.randn(1, 4, D)
+    selected = torch.tensor([[True, True, False, True]])
+    for context_norm in (True, False):
+        block = CoAttention(LiFengConfig(**SIZES, context_norm=context_norm)).eval()
+        mixed, gate = block.attend(current, context, selected)
+        with torch.no_grad():
+            block.ffn.fc2.weight.mul_(30.0)
+            block.ffn.fc2.bias.mul_(30.0)
+        scaled_mixed, scaled_gate = block.attend(current, context, selected)
+        same = torch.allclose(scaled_gate, gate, atol=1e-5) and torch.allclose(scaled_mixed, mixed, atol=1e-4)
+        assert same == context_norm
+        assert isinstance(block.context_norm, nn.LayerNorm) == context_norm
 
 
 # ---------------------------------------------------------------- the model
@@ -254,6 +274,8 @@ def test_the_selector_phase_trains_the_selector_only_and_logs_its_behaviour():
     model.zero_grad()
     terms = model.loss_terms(batch, output_loss(model), TRANSLATOR_PHASE)
     terms.loss_sum.backward()
+    assert set(terms.stats) == {"selection_rate", "policy_entropy", "gate_mean", "gate_shut"}
+    assert 0.2 < float(terms.stats["gate_mean"]) < 0.8 and float(terms.stats["gate_shut"]) < 0.5  # fresh gate, lambda ~ 1/2
     assert all(p.grad is None for n, p in model.named_parameters() if n.startswith("selector."))
     assert model.encoder.layers[0].ffn.fn.fc1.weight.grad is not None
 

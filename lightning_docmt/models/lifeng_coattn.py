@@ -37,6 +37,8 @@ Readings (docs/papers/lifeng2019.md section 7):
   in the reward: log R' = log P(y | z) - cost * |z|.
 - NOT IN PAPER, L20: `rl.entropy_weight` (default 0) adds an entropy bonus to the theta_r loss, which
   keeps the policy exploring.
+- NOT IN PAPER, L21: `context_norm` (default False) puts a LayerNorm on d before the gate, so that the
+  context vector's size cannot saturate lambda at 1 (a shut gate, which then gets no gradient).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from lightning_docmt.nn.context_sentences import pack_left, split_sentences
 from lightning_docmt.nn.gating import ContextGate
 from lightning_docmt.nn.hard_selection import HardSelector, Selection
 from lightning_docmt.nn.layers import FeedForward, LayerInputs
+from lightning_docmt.nn.residual import LAYER_NORM_EPS
 from lightning_docmt.nn.seq2seq import EncoderState
 from lightning_docmt.nn.training_hooks import LossTerms, OptimizerPhase, OutputLoss
 from lightning_docmt.registry import register_arch
@@ -97,6 +100,7 @@ class LiFengConfig(TransformerConfig):
     selector_beam: int = 2  # the width of the beam over z (theta_s training and inference, L1, L10)
     cross_training: CrossTrainingConfig = field(default_factory=CrossTrainingConfig)
     rl: ReinforceConfig = field(default_factory=ReinforceConfig)
+    context_norm: bool = False  # LayerNorm on d before the gate (reading L21; False: the paper's)
 
 
 class CoAttention(nn.Module):
@@ -110,13 +114,21 @@ class CoAttention(nn.Module):
         self.attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attn_dropout)  # Eq. 26
         self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.relu_dropout)  # Eq. 26
         self.gate = ContextGate(cfg.d_model)  # Eqs. 27-28: W_h', W_d (reading L5)
+        # NOT IN PAPER, reading L21: d normalised before the gate, so its size cannot shut the gate
+        self.context_norm = nn.LayerNorm(cfg.d_model, eps=LAYER_NORM_EPS) if cfg.context_norm else nn.Identity()
+
+    def attend(self, current: Tensor, context: Tensor, selected: Tensor) -> tuple[Tensor, Tensor]:
+        """H^mix (N, S, D) from H^cur (N, S, D), H^doc (N, L, D) and the selection (N, L) bool, with
+        the gate lambda (N, S, D) that mixed it (1 in rows with nothing selected)."""
+        empty = ~selected.any(1)[:, None, None]  # (N, 1, 1): nothing to attend to (reading L4)
+        mask = key_mask(~(selected | empty[:, 0]))  # (N, 1, 1, L); an empty row attends anywhere, discarded below
+        d = self.context_norm(self.ffn(self.attn(self.query(current), context, mask)))  # Eqs. 25-26 (L21): (N, S, D)
+        mixed, gate = self.gate.mix(current, d)  # Eqs. 27-28
+        return torch.where(empty, current, mixed), gate.masked_fill(empty, 1.0)  # reading L4
 
     def forward(self, current: Tensor, context: Tensor, selected: Tensor) -> Tensor:
-        """H^mix (N, S, D) from H^cur (N, S, D), H^doc (N, L, D) and the selection (N, L) bool."""
-        empty = ~selected.any(1)  # (N,): nothing to attend to (reading L4)
-        mask = key_mask(~(selected | empty[:, None]))  # (N, 1, 1, L); an empty row attends anywhere, discarded below
-        d = self.ffn(self.attn(self.query(current), context, mask))  # Eqs. 25-26: (N, S, D)
-        return torch.where(empty[:, None, None], current, self.gate(current, d))  # Eqs. 27-28, L4
+        """H^mix (N, S, D) (`attend` without the gate)."""
+        return self.attend(current, context, selected)[0]
 
 
 class ContextView(NamedTuple):
@@ -200,14 +212,15 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
         inputs = self.selector.inputs(view.current, view.current_pad, view.context, view.context_pad)
         return self.selector.beam(inputs, self.cfg.selector_beam)
 
-    def mixed_state(self, view: ContextView, z: Tensor) -> EncoderState:
-        """The decoder's memory H^mix (Eqs. 25-28) given the selection z (N, L)."""
+    def mixed_state(self, view: ContextView, z: Tensor) -> tuple[EncoderState, Tensor]:
+        """The decoder's memory H^mix (Eqs. 25-28) given the selection z (N, L), and the gate (N, S, D)."""
         selected = z.bool() & ~view.context_pad
-        return EncoderState(memory=self.coattn(view.current, view.context, selected), memory_pad=view.current_pad)
+        memory, gate = self.coattn.attend(view.current, view.context, selected)
+        return EncoderState(memory=memory, memory_pad=view.current_pad), gate
 
     def encode(self, batch: dict[str, Tensor]) -> EncoderState:
         view = self.context_view(batch)
-        return self.mixed_state(view, self.select(view).z)
+        return self.mixed_state(view, self.select(view).z)[0]
 
     def kept_context_tokens(self, batch: dict[str, Tensor]) -> list[list[int]]:
         """Per row, the ids of the context tokens the beam's z keeps (`docmt translate --explain`)."""
@@ -222,9 +235,11 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
             return self.reinforce_terms(batch)
         view = self.context_view(batch)
         selection = self.select(view)
-        hidden = self.decode_hidden(batch["tgt_in"], self.mixed_state(view, selection.z))  # (B, T, D)
+        state, gate = self.mixed_state(view, selection.z)
+        hidden = self.decode_hidden(batch["tgt_in"], state)  # (B, T, D)
         loss_sum, nll_sum, tokens = output_loss(hidden, batch["tgt_out"])
-        return LossTerms(loss_sum, nll_sum, tokens, stats=self.selection_stats(selection, view))
+        stats = {**self.selection_stats(selection, view), **self.gate_stats(gate, selection, view)}
+        return LossTerms(loss_sum, nll_sum, tokens, stats=stats)
 
     def reinforce_terms(self, batch: dict[str, Tensor]) -> LossTerms:
         """Eq. 30 with `rl.samples` draws per sentence and the per-sentence baseline (reading L2, L16)."""
@@ -235,7 +250,7 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
         selection = self.selector.sample(inputs.repeat(samples))  # (B*S, L), S draws of a sentence adjacent
         repeated = ContextView(*(t.repeat_interleave(samples, 0) for t in view))
         with torch.no_grad(), without_dropout(self):
-            state = self.mixed_state(repeated, selection.z)
+            state, _ = self.mixed_state(repeated, selection.z)
             target = batch["tgt_out"].repeat_interleave(samples, 0)  # (B*S, T)
             hidden = self.decode_hidden(batch["tgt_in"].repeat_interleave(samples, 0), state)
             log_prob_y = self.reference_log_probs(hidden, target).view(-1, samples)  # (B, S)
@@ -264,3 +279,14 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
         tokens = real.sum().clamp(min=1)
         return {"selection_rate": (selection.z.float() * real).sum() / tokens,
                 "policy_entropy": selection.entropy.sum() / tokens}
+
+    @staticmethod
+    def gate_stats(gate: Tensor, selection: Selection, view: ContextView) -> dict[str, Tensor]:
+        """How open the gate (Eq. 27) is over the current sentences' real positions in rows that
+        attend to something: `gate_mean`, the mean lambda (1 keeps H^cur alone), and `gate_shut`,
+        the share of lambda entries above 0.99, where the sigmoid passes almost no gradient."""
+        attending = (selection.z.bool() & ~view.context_pad).any(1)  # (N,)
+        real = (~view.current_pad & attending[:, None]).unsqueeze(-1).expand_as(gate)  # (N, S, D)
+        entries = real.sum().clamp(min=1)
+        return {"gate_mean": (gate * real).sum() / entries,
+                "gate_shut": (gate.gt(0.99) & real).sum() / entries}
