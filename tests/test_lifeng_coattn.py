@@ -280,11 +280,28 @@ def test_the_selector_phase_trains_the_selector_only_and_logs_its_behaviour():
     assert model.encoder.layers[0].ffn.fn.fc1.weight.grad is not None
 
 
+def test_selection_all_keeps_every_context_token_and_trains_the_translator_only():
+    """Reading L22: the co-attention over every real context token, theta_s as the only phase."""
+    model, batch = coattn_model(selection="all"), doc_batch()
+    view = model.context_view(batch)
+    assert torch.equal(model.select(view).z.bool(), ~view.context_pad)
+    everything = model.coattn(view.current, view.context, ~view.context_pad)
+    assert torch.equal(model.encode(batch).memory, everything)
+    phases = LiFengCoAttentionSeq2Seq.optimizer_phases(model.cfg)
+    assert [phase.name for phase in phases] == [TRANSLATOR_PHASE]
+    model.train()
+    model.loss_terms(batch, output_loss(model), TRANSLATOR_PHASE).loss_sum.backward()
+    assert all(p.grad is None for n, p in model.named_parameters() if n.startswith("selector."))
+    assert model.coattn.query.weight.grad is not None
+
+
 def test_bad_settings_are_one_clear_error():
     with pytest.raises(DocMTInputError, match="model.rl.reward"):
         coattn_model(rl=ReinforceConfig("bleu", 4))
     with pytest.raises(DocMTInputError, match="model.rl.samples"):
         coattn_model(rl=ReinforceConfig("log_prob", 1))
+    with pytest.raises(DocMTInputError, match="model.selection"):
+        coattn_model(selection="some")
     with pytest.raises(DocMTInputError, match="context.prev_sentences"):
         coattn_model().encode({k: v for k, v in doc_batch().items() if not k.startswith("ctx")})
 

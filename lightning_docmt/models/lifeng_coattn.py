@@ -39,6 +39,9 @@ Readings (docs/papers/lifeng2019.md section 7):
   keeps the policy exploring.
 - NOT IN PAPER, L21: `context_norm` (default False) puts a LayerNorm on d before the gate, so that the
   context vector's size cannot saturate lambda at 1 (a shut gate, which then gets no gradient).
+- NOT IN PAPER, L22: `selection: all` keeps every context token instead of the selector's z: the
+  co-attention without its hard attention (an ablation, and a warm-up stage before cross-training);
+  its only optimizer phase is theta_s, so the selector is left as it is.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ THETA_S_GLOBS = ("src_embed.*", "tgt_embed.*", "encoder.*", "decoder.*", "output
 """fnmatch globs of theta_s: the Transformer and the co-attention (soft attention, FFN, gate)."""
 THETA_R_GLOBS = ("selector.*",)
 """fnmatch globs of theta_r: the hard selector (Eqs. 20-24)."""
+SELECTIONS = ("selector", "all")
+"""`model.selection`: the hard selector's z, or every context token kept (reading L22)."""
 
 
 @dataclass
@@ -101,6 +106,7 @@ class LiFengConfig(TransformerConfig):
     cross_training: CrossTrainingConfig = field(default_factory=CrossTrainingConfig)
     rl: ReinforceConfig = field(default_factory=ReinforceConfig)
     context_norm: bool = False  # LayerNorm on d before the gate (reading L21; False: the paper's)
+    selection: str = "selector"  # selector: the hard selector's z (the paper's) | all: every token (L22)
 
 
 class CoAttention(nn.Module):
@@ -168,6 +174,8 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
         super().__init__(cfg, src_vocab_size, tgt_vocab_size)
         if cfg.selector_beam < 1:
             raise DocMTInputError(f"must be at least 1, got {cfg.selector_beam}", key="model.selector_beam")
+        if cfg.selection not in SELECTIONS:
+            raise DocMTInputError(f"must be one of {', '.join(SELECTIONS)}, got {cfg.selection!r}", key="model.selection")
         if cfg.rl.reward not in REWARDS:
             raise DocMTInputError(f"must be one of {', '.join(REWARDS)}, got {cfg.rl.reward!r}", key="model.rl.reward")
         if cfg.rl.samples < 2:
@@ -178,12 +186,16 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
 
     @classmethod
     def optimizer_phases(cls, cfg: LiFengConfig) -> list[OptimizerPhase]:
-        """theta_s first, with the initial selector (reading L9), then theta_r, and so on. A shared
+        """theta_s first, with the initial selector (reading L9), then theta_r, and so on; theta_s
+        alone with `selection: all` (the selector is not used, so it stays as it is: L22). A shared
         table is registered once (`models/transformer.py`), so its second name matches nothing."""
         shared = {"tgt_embed.*"} if cfg.share_embeddings else set()
         shared |= {"output.*"} if cfg.tie_output else set()
         theta_s = tuple(glob for glob in THETA_S_GLOBS if glob not in shared)
-        return [OptimizerPhase(TRANSLATOR_PHASE, theta_s, cfg.cross_training.translator_steps),
+        translator = OptimizerPhase(TRANSLATOR_PHASE, theta_s, cfg.cross_training.translator_steps)
+        if cfg.selection == "all":
+            return [translator]
+        return [translator,
                 OptimizerPhase(SELECTOR_PHASE, THETA_R_GLOBS, cfg.cross_training.selector_steps, cfg.rl.lr_scale)]
 
     # ------------------------------------------------------------------ encoding
@@ -208,7 +220,11 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
         return ContextView(current, current_pad, context, context_pad, tokens.squeeze(-1))
 
     def select(self, view: ContextView) -> Selection:
-        """The beam's z over H^doc (readings L1, L10); the selector gets no gradient from it."""
+        """The beam's z over H^doc (readings L1, L10); the selector gets no gradient from it. With
+        `selection: all`, every real context token (reading L22), at log-probability and entropy 0."""
+        if self.cfg.selection == "all":
+            none = view.context.new_zeros(view.context.shape[0])  # (N,)
+            return Selection((~view.context_pad).long(), none, none)
         inputs = self.selector.inputs(view.current, view.current_pad, view.context, view.context_pad)
         return self.selector.beam(inputs, self.cfg.selector_beam)
 
