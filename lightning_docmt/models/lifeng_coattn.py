@@ -39,9 +39,9 @@ Readings (docs/papers/lifeng2019.md section 7):
   keeps the policy exploring.
 - NOT IN PAPER, L21: `context_norm` (default False) puts a LayerNorm on d before the gate, so that the
   context vector's size cannot saturate lambda at 1 (a shut gate, which then gets no gradient).
-- NOT IN PAPER, L22: `selection: all` keeps every context token instead of the selector's z: the
-  co-attention without its hard attention (an ablation, and a warm-up stage before cross-training);
-  its only optimizer phase is theta_s, so the selector is left as it is.
+- NOT IN PAPER, L22: `selection: all` keeps every context token: the co-attention without its hard
+  attention (an ablation). It has no selector, hence no optimizer phases: one optimizer trains
+  everything on the cross entropy.
 """
 
 from __future__ import annotations
@@ -181,21 +181,20 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
         if cfg.rl.samples < 2:
             raise DocMTInputError(f"the per-sentence baseline (reading L2) needs at least 2 samples, got "
                                   f"{cfg.rl.samples}", key="model.rl.samples")
-        self.selector = HardSelector(cfg.d_model)
+        self.selector = HardSelector(cfg.d_model) if cfg.selection == "selector" else None  # reading L22
         self.coattn = CoAttention(cfg)
 
     @classmethod
     def optimizer_phases(cls, cfg: LiFengConfig) -> list[OptimizerPhase]:
-        """theta_s first, with the initial selector (reading L9), then theta_r, and so on; theta_s
-        alone with `selection: all` (the selector is not used, so it stays as it is: L22). A shared
-        table is registered once (`models/transformer.py`), so its second name matches nothing."""
+        """theta_s first, with the initial selector (reading L9), then theta_r, and so on; none with
+        `selection: all`, which has no selector (L22). A shared table is registered once
+        (`models/transformer.py`), so its second name matches nothing."""
         shared = {"tgt_embed.*"} if cfg.share_embeddings else set()
         shared |= {"output.*"} if cfg.tie_output else set()
         theta_s = tuple(glob for glob in THETA_S_GLOBS if glob not in shared)
-        translator = OptimizerPhase(TRANSLATOR_PHASE, theta_s, cfg.cross_training.translator_steps)
         if cfg.selection == "all":
-            return [translator]
-        return [translator,
+            return []
+        return [OptimizerPhase(TRANSLATOR_PHASE, theta_s, cfg.cross_training.translator_steps),
                 OptimizerPhase(SELECTOR_PHASE, THETA_R_GLOBS, cfg.cross_training.selector_steps, cfg.rl.lr_scale)]
 
     # ------------------------------------------------------------------ encoding
