@@ -204,15 +204,22 @@ def test_a_finished_run_of_another_config_is_an_error_before_anything_runs(table
 
 def test_an_option_added_since_a_finished_run_does_not_orphan_it_but_a_removed_one_does(table_file,
                                                                                       tmp_path):
-    """A key the saved config lacks (an option the code gained after the run) is not a difference;
-    a key the code no longer composes is."""
+    """A key the saved config lacks (an option the code gained after the run) is not a difference
+    while the table leaves it at its default in code; set to anything else, it is (the run was made
+    without it); a key the code no longer composes is a difference too."""
     fake = FakeTraining()
     run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
     saved = tmp_path / "r" / "unit.t1" / "small" / "seed1" / "config.yaml"
     config = yaml.safe_load(saved.read_text())
-    del config["model"]["d_model"]
+    d_model = config["model"]["d_model"]
+    assert config["train"]["optim"]["label_smoothing"] == 0.1 and d_model != 512  # the defaults in code
+    del config["train"]["optim"]["label_smoothing"], config["model"]["d_model"]
     saved.write_text(yaml.safe_dump(config))
     fake.calls.clear()
+    with pytest.raises(DocMTInputError, match=rf"model.d_model \(512 -> {d_model}\)"):
+        run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    config["model"]["d_model"] = d_model  # only label_smoothing missing, at its default
+    saved.write_text(yaml.safe_dump(config))
     run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
     assert not fake.calls
     config["model"]["an_option_since_removed"] = 3

@@ -168,6 +168,15 @@ def compose_layers(user_layers: Sequence[Layer], *, profile: str | None = None,
     return cfg
 
 
+def schema_defaults(arch: str) -> DictConfig:
+    """The structured schema of a run of `arch` before any layer (no base, preset or profile): each
+    option's default in code."""
+    entry = find_arch(arch)
+    if entry is None:
+        raise DocMTInputError(unknown_arch_message(arch), key="model.arch")
+    return OmegaConf.structured(RunConfig(model=entry.config_class(arch=arch)))
+
+
 def save_config(cfg: DictConfig, run_dir: str | Path) -> Path:
     """Write `run_dir/config.yaml`: the resolved config, from which the run can be repeated alone."""
     path = Path(run_dir) / CONFIG_FILENAME

@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from omegaconf import DictConfig, OmegaConf
 
-from lightning_docmt.config.composition import CONFIG_FILENAME, RESOLVED_KEY, save_config
+from lightning_docmt.config.composition import CONFIG_FILENAME, RESOLVED_KEY, save_config, schema_defaults
 from lightning_docmt.distributed import is_global_zero, progress
 from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
 from lightning_docmt.errors import DocMTInputError
@@ -210,10 +210,11 @@ def check_reusable(cfg: DictConfig, run_dir: Path) -> None:
     """A finished run in `run_dir` is reused only if its saved config matches `cfg` (outside
     REUSE_IGNORED_KEYS); one that other code produced is reused with a warning naming the code it
     came from. A key that the saved config lacks is an option added to the code since the run: the
-    run was made without it, which the code warning covers, so it does not make the configs differ
-    (else every new option would orphan the archive of measured runs). Called by `docmt table` for
-    every planned run before any runs, and by `docmt fit TABLE --row` (whose command-line overrides
-    may change the row's config)."""
+    run was made as if at the option's default in code, so the key differs only where `cfg` sets
+    it to something else (else every new option would orphan the archive of measured runs, or a
+    table that turns a new option on would silently reuse the runs made without it). Called by
+    `docmt table` for every planned run before any runs, and by `docmt fit TABLE --row` (whose
+    command-line overrides may change the row's config)."""
     saved_path = run_dir / CONFIG_FILENAME
     if not ((run_dir / METRICS_FILE).is_file() and saved_path.is_file()):
         return
@@ -225,6 +226,10 @@ def check_reusable(cfg: DictConfig, run_dir: Path) -> None:
     saved.pop(RESOLVED_KEY, None)
     now = _flatten(OmegaConf.to_container(cfg, resolve=True))
     before = _flatten(saved)
+    defaults = _flatten(OmegaConf.to_container(schema_defaults(cfg.model.arch), resolve=True))
+    for key in now.keys() - before.keys():  # options added since the run: it had their defaults
+        if key in defaults:
+            before[key] = defaults[key]
     differ = sorted(key for key in before if now.get(key, "<absent>") != before[key]
                     and not key.startswith(tuple(f"{k}." for k in REUSE_IGNORED_KEYS))
                     and key not in REUSE_IGNORED_KEYS)
