@@ -83,6 +83,7 @@ def test_runs_every_row_and_seed_and_a_failure_does_not_stop_the_others(table_fi
         saved = compose(run_dir / "config.yaml", [])  # the run can be repeated from its folder
         assert (saved.logging.name, saved.train.seed) == ("small", seed)
         assert {k: metrics[k] for k in ("test/bleu", "test/chrf")} == expected_metrics("small", seed)
+        assert 0 <= metrics["time/run_s"] < 60  # the run's wall time, recorded beside its scores
         broken_dir = tmp_path / "results" / "unit.t1" / "broken" / f"seed{seed}"
         assert not (broken_dir / "metrics.json").exists()
         error = json.loads((broken_dir / "error.json").read_text())

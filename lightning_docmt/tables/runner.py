@@ -4,7 +4,9 @@ Each run lives in `results/<table id>/<row>/seed<S>/`:
 
     config.yaml    the resolved run config (`config.save_config`)
     log.txt        what the run printed (stdout, stderr, logging records), plus a failure's traceback
-    metrics.json   what `run_row` returned; its presence marks the run finished, so a re-run skips it
+    metrics.json   what `run_row` returned, plus the run's wall seconds (`time/run_s`: a stage reused
+                   from the stage cache costs next to nothing); its presence marks the run finished,
+                   so a re-run skips it
     error.json     why the last attempt failed (removed when the run is retried)
 
 and the table in `results/<table id>/table.{md,csv,png}`. Checkpoints stay in each stage's folder
@@ -57,6 +59,7 @@ from lightning_docmt.tables.spec import Table, TableRow, compose_row, load_table
 RunRow = Callable[[DictConfig, Path], Mapping[str, Any]]
 
 METRICS_FILE, ERROR_FILE, LOG_FILE = "metrics.json", "error.json", "log.txt"
+RUN_TIME_METRIC = "time/run_s"  # wall seconds of the run as executed: reused stages cost ~0
 ARCHIVE_DIRNAME = "measured"  # experiments/measured/: archived runs, not experiment files
 # Keys that do not change a run's numbers: a finished run composed with other values here is reused.
 REUSE_IGNORED_KEYS = ("logging", "trainer", "data.num_workers", "data.cache_dir")
@@ -174,8 +177,9 @@ def execute_run(cfg: DictConfig, run_dir: Path, run_row: RunRow, *, row: str, se
                                                "traceback": traceback.format_exc()})
             return RunRecord(row=row, seed=seed, run_dir=run_dir, status=FAILED, error=error,
                              log_path=log_path)
+        metrics[RUN_TIME_METRIC] = round(time.monotonic() - started, 1)
         print(f"[{cfg.logging.group}] row {row}, seed {seed} finished in "
-              f"{time.monotonic() - started:.1f} s: {metrics}", flush=True)
+              f"{metrics[RUN_TIME_METRIC]:.1f} s: {metrics}", flush=True)
     _write_json(run_dir / METRICS_FILE, metrics)
     return RunRecord(row=row, seed=seed, run_dir=run_dir, status=DONE, metrics=metrics,
                      log_path=log_path)
