@@ -307,3 +307,21 @@ def test_a_tiny_fit_fine_tunes_the_pretrained_encoder_and_decodes(arch, corpus, 
         assert outcome.code == 0, outcome.err
         [row] = [json.loads(line) for line in (corpus / f"{arch}-out.jsonl").read_text().splitlines()]
         assert row["doc_id"] == "d" and len(row["hyp"]) == len(SENTENCES)
+
+
+def test_the_pretrained_tensors_train_at_their_own_lr_with_a_scale(corpus, minilm_dir, monkeypatch):
+    """Reading F15: `model.pretrained_lr_scale` puts exactly the tensors the checkpoint filled into
+    an optimizer group of their own at the stage's lr times the scale."""
+    monkeypatch.chdir(corpus)
+    with single_process_run_env():
+        run_dir = run_dir_of(docmt("fit", run_config(corpus, "flat"), "--profile", "tiny",
+                                   "model.pretrained_lr_scale=0.25"))
+    record = json.loads((run_dir / "run.json").read_text())
+    state = torch.load(record["checkpoint"], map_location="cpu", weights_only=True)
+    rest, pretrained = state["optimizer_states"][0]["param_groups"]
+    assert pretrained["lr"] == pytest.approx(0.25 * rest["lr"]) and rest["lr"] > 0
+    loaded = load_checkpoint(record["checkpoint"])
+    filled = loaded.module.model.load_pretrained(loaded.src_vocab)  # the names the checkpoint fills
+    total = len(list(loaded.module.model.parameters()))
+    assert filled and all(n.startswith(("src_embed.", "encoder.")) for n in filled)
+    assert (len(pretrained["params"]), len(rest["params"])) == (len(filled), total - len(filled))

@@ -59,6 +59,9 @@ class TransformerConfig(ModelConfig):
     # A BERT-style checkpoint (built-in name, directory or cached hub name, nn/pretrained.py) that
     # initialises the source embedding and the encoder layers, fine-tuned; null: trained from scratch.
     pretrained_encoder: Optional[str] = None
+    # NOT IN PAPER (reading F15): the pretrained tensors train at the stage's lr times this (1: the
+    # same lr as the rest, the paper's).
+    pretrained_lr_scale: float = 1.0
     # Filled in from the checkpoint's config.json when the config is composed (with d_model, heads,
     # ffn_dim, enc_layers); not set by hand.
     pretrained_layout: Optional[PretrainedLayout] = None

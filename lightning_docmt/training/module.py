@@ -90,6 +90,9 @@ class DocMTModule(pl.LightningModule):
         self.lr_override = lr_override
         # (params, lr) of the optimizer groups split off from group 0 (see `add_param_group`)
         self.extra_param_groups: list[tuple[list[torch.nn.Parameter], float]] = []
+        # (params, lr) of a group at its own lr for the whole stage, set before the fit (the
+        # pretrained encoder's tensors: `training/run.pretrained_lr_group`, reading F15)
+        self.own_lr_group: tuple[list[torch.nn.Parameter], float] | None = None
         self.output_dir: Path | None = None  # where test hypotheses and signatures are written
         self._eval_records: list[tuple[int, int, str]] = []  # (sent_index, doc_index, hypothesis)
         self._eval_sums = torch.zeros(3)  # loss sum, nll sum, target tokens
@@ -273,7 +276,8 @@ class DocMTModule(pl.LightningModule):
         """The optimizer (`build_optimizer`) over the trainable parameters only (frozen ones stay out).
 
         Without optimizer phases: one optimizer. Group 0 holds every trainable parameter at the stage's
-        lr; each group split off by `add_param_group` (a milestone of `StagedUnfreezing`) follows
+        lr; then `own_lr_group` when set (trainable parameters at an lr of their own for the whole
+        stage); then each group split off by `add_param_group` (a milestone of `StagedUnfreezing`),
         with its own lr.
         With phases: one optimizer per phase over its trainable parameters (`phase_parameter_names`), at
         the stage's lr times the phase's `lr_scale`. A phase's schedule counts the phase's own updates, so that each optimizer
@@ -288,9 +292,10 @@ class DocMTModule(pl.LightningModule):
                      for index, (phase, names) in enumerate(zip(self.phases.phases, per_phase))]
             return ([optimizer for optimizer, _ in built],
                     [{"scheduler": scheduler, "interval": "step"} for _, scheduler in built])
-        split = {id(p) for params, _ in self.extra_param_groups for p in params}
+        own = [self.own_lr_group] if self.own_lr_group is not None else []
+        split = {id(p) for params, _ in [*own, *self.extra_param_groups] for p in params}
         base = [p for p in self.parameters() if p.requires_grad and id(p) not in split]  # frozen params stay out
-        optimizer, scheduler = self.build_optimizer([(base, self.stage_lr), *self.extra_param_groups])
+        optimizer, scheduler = self.build_optimizer([(base, self.stage_lr), *own, *self.extra_param_groups])
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def add_param_group(self, params: list[torch.nn.Parameter], lr: float) -> None:

@@ -32,7 +32,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging, check_average_config
-from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
+from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing, matches
 from lightning_docmt.checkpoints import load_state, read_checkpoint
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.evaluation.contrastive import configured_suites, suite_metrics
@@ -97,6 +97,26 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     scfg = OmegaConf.structured(RunConfig(model=config_class(arch=arch)))
     scfg.merge_with(container)
     return scfg
+
+
+def pretrained_lr_group(module: DocMTModule, names: list[str], scfg: DictConfig, name: str) -> None:
+    """NOT IN PAPER, reading F15 (docs/papers/flat2020.md): with `model.pretrained_lr_scale` != 1,
+    the trainable parameters that the pretrained encoder filled (`names`) become an optimizer group
+    of their own (`DocMTModule.own_lr_group`) at the stage's lr times the scale, on the stage's
+    schedule; the rest keeps the stage's lr. Unfreezing milestones do not combine with it."""
+    scale = float(scfg.model.get("pretrained_lr_scale", 1.0))
+    if scale == 1.0:
+        return
+    if scale <= 0:
+        raise DocMTInputError(f"must be positive, got {scale}", key="model.pretrained_lr_scale")
+    stage = scfg.train.stages[name]
+    if stage.unfreeze:
+        raise DocMTInputError("unfreezing milestones do not combine with model.pretrained_lr_scale",
+                              key=f"train.stages.{name}.unfreeze")
+    params = dict(module.model.named_parameters())
+    trainable = [params[n] for n in names if n in params and matches(n, stage.trainable)]
+    if trainable:
+        module.own_lr_group = (trainable, module.stage_lr * scale)
 
 
 def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
@@ -194,6 +214,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     if pretrained:
         progress(f"stage '{name}': {len(pretrained)} tensors from the pretrained encoder "
                  f"'{scfg.model.get('pretrained_encoder')}'")
+        pretrained_lr_group(module, pretrained, scfg, name)
     if init_ckpt is not None:
         missing = load_weights(module, init_ckpt, init_from=f"train.stages.{name}.init_from")
         progress(f"stage '{name}': initialised from {init_ckpt} ({len(missing)} new tensors)")
