@@ -253,7 +253,7 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
         state, gate = self.mixed_state(view, selection.z)
         hidden = self.decode_hidden(batch["tgt_in"], state)  # (B, T, D)
         loss_sum, nll_sum, tokens = output_loss(hidden, batch["tgt_out"])
-        stats = {**self.selection_stats(selection, view), **self.gate_stats(gate, selection, view)}
+        stats = {**self.selection_stats(selection, view), **self.gate_stats(gate, view)}
         return LossTerms(loss_sum, nll_sum, tokens, stats=stats)
 
     def reinforce_terms(self, batch: dict[str, Tensor]) -> LossTerms:
@@ -296,12 +296,12 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
                 "policy_entropy": selection.entropy.sum() / tokens}
 
     @staticmethod
-    def gate_stats(gate: Tensor, selection: Selection, view: ContextView) -> dict[str, Tensor]:
-        """How open the gate (Eq. 27) is over the current sentences' real positions in rows that
-        attend to something: `gate_mean`, the mean lambda (1 keeps H^cur alone), and `gate_shut`,
-        the share of lambda entries above 0.99, where the sigmoid passes almost no gradient."""
-        attending = (selection.z.bool() & ~view.context_pad).any(1)  # (N,)
-        real = (~view.current_pad & attending[:, None]).unsqueeze(-1).expand_as(gate)  # (N, S, D)
+    def gate_stats(gate: Tensor, view: ContextView) -> dict[str, Tensor]:
+        """How open the gate (Eq. 27) is over the current sentences' real positions, a sentence with
+        nothing selected counting as lambda = 1 (reading L4): `gate_mean`, the mean lambda (1 keeps
+        H^cur alone), and `gate_shut`, the share of lambda entries above 0.99, where the sigmoid
+        passes almost no gradient."""
+        real = (~view.current_pad).unsqueeze(-1).expand_as(gate)  # (N, S, D)
         entries = real.sum().clamp(min=1)
         return {"gate_mean": (gate * real).sum() / entries,
                 "gate_shut": (gate.gt(0.99) & real).sum() / entries}
