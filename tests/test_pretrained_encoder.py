@@ -325,3 +325,22 @@ def test_the_pretrained_tensors_train_at_their_own_lr_with_a_scale(corpus, minil
     total = len(list(loaded.module.model.parameters()))
     assert filled and all(n.startswith(("src_embed.", "encoder.")) for n in filled)
     assert (len(pretrained["params"]), len(rest["params"])) == (len(filled), total - len(filled))
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["model.pretrained_lr_scale=0"], "model.pretrained_lr_scale"),
+    (["model.pretrained_encoder=null", "model.pretrained_lr_scale=0.25"], "model.pretrained_lr_scale"),
+    (["model.pretrained_lr_scale=0.25", "train.stages.main.unfreeze=[{globs: ['decoder.*'], at_step: 1, lr: 1.0}]",
+      "train.stages.main.trainable=['encoder.*']"], "train.stages.main.unfreeze"),
+    (["model.arch=lifeng_coattn", "context.prev_sentences=1", "model.pretrained_lr_scale=0.25"], "model.pretrained_lr_scale")])
+def test_a_pretrained_lr_scale_that_cannot_work_is_one_clear_error_before_training(overrides, key, corpus,
+                                                                                  monkeypatch):
+    """Reading F15: the scale needs a pretrained encoder, a positive value and one optimizer with
+    fixed groups (no unfreezing milestones, no optimizer phases); `docmt fit` says so in one line."""
+    monkeypatch.chdir(corpus)
+    before = set((corpus / "runs").glob("**/*.ckpt"))
+    outcome = docmt("fit", run_config(corpus, "flat"), "--profile", "tiny", *overrides)
+    assert outcome.code == 2
+    [line] = outcome.err.strip().splitlines()
+    assert f"key '{key}'" in line
+    assert set((corpus / "runs").glob("**/*.ckpt")) == before  # nothing trained

@@ -189,11 +189,11 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
         """theta_s first, with the initial selector (reading L9), then theta_r, and so on; none with
         `selection: all`, which has no selector (L22). A shared table is registered once
         (`models/transformer.py`), so its second name matches nothing."""
+        if cfg.selection == "all":
+            return []
         shared = {"tgt_embed.*"} if cfg.share_embeddings else set()
         shared |= {"output.*"} if cfg.tie_output else set()
         theta_s = tuple(glob for glob in THETA_S_GLOBS if glob not in shared)
-        if cfg.selection == "all":
-            return []
         return [OptimizerPhase(TRANSLATOR_PHASE, theta_s, cfg.cross_training.translator_steps),
                 OptimizerPhase(SELECTOR_PHASE, THETA_R_GLOBS, cfg.cross_training.selector_steps, cfg.rl.lr_scale)]
 

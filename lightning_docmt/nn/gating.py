@@ -30,13 +30,9 @@ class ContextGate(nn.Module):
         nn.init.xavier_uniform_(self.input_proj.weight)
         nn.init.xavier_uniform_(self.context_proj.weight)
 
-    def weights(self, h: Tensor, u: Tensor) -> Tensor:
-        """Eq. 22: lambda (B, T, D) from h, u (B, T, D); 1 keeps h, 0 takes u."""
-        return torch.sigmoid(self.input_proj(h) + self.context_proj(u))
-
     def mix(self, h: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
-        """Eq. 21 and the lambda it used, both (B, T, D): for statistics of how open the gate is."""
-        gate = self.weights(h, u)
+        """Eq. 21 and the lambda it used (1 keeps h, 0 takes u), both (B, T, D), from h, u (B, T, D)."""
+        gate = torch.sigmoid(self.input_proj(h) + self.context_proj(u))  # Eq. 22
         return gate * h + (1.0 - gate) * u, gate
 
     def forward(self, h: Tensor, u: Tensor) -> Tensor:

@@ -99,22 +99,35 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     return scfg
 
 
+def check_pretrained_lr_scale(scfg: DictConfig, name: str, phases: list) -> None:
+    """`model.pretrained_lr_scale` (reading F15) other than 1 needs a pretrained encoder, a positive
+    value, and one optimizer whose groups stay fixed: no unfreezing milestones, no optimizer phases."""
+    scale = float(scfg.model.get("pretrained_lr_scale", 1.0))
+    if scale == 1.0:
+        return
+    key = "model.pretrained_lr_scale"
+    if scale <= 0:
+        raise DocMTInputError(f"must be positive, got {scale}", key=key)
+    if scfg.model.get("pretrained_encoder") is None:
+        raise DocMTInputError(f"has no effect without model.pretrained_encoder (stage '{name}')", key=key)
+    if scfg.train.stages[name].unfreeze:
+        raise DocMTInputError(f"unfreezing milestones do not combine with {key}",
+                              key=f"train.stages.{name}.unfreeze")
+    if phases:
+        raise DocMTInputError(f"the optimizer phases of model.arch '{scfg.model.arch}' do not combine "
+                              "with a learning rate of the pretrained tensors' own", key=key)
+
+
 def pretrained_lr_group(module: DocMTModule, names: list[str], scfg: DictConfig, name: str) -> None:
     """NOT IN PAPER, reading F15 (docs/papers/flat2020.md): with `model.pretrained_lr_scale` != 1,
     the trainable parameters that the pretrained encoder filled (`names`) become an optimizer group
     of their own (`DocMTModule.own_lr_group`) at the stage's lr times the scale, on the stage's
-    schedule; the rest keeps the stage's lr. Unfreezing milestones do not combine with it."""
+    schedule; the rest keeps the stage's lr. The setting was checked by `check_stages`."""
     scale = float(scfg.model.get("pretrained_lr_scale", 1.0))
     if scale == 1.0:
         return
-    if scale <= 0:
-        raise DocMTInputError(f"must be positive, got {scale}", key="model.pretrained_lr_scale")
-    stage = scfg.train.stages[name]
-    if stage.unfreeze:
-        raise DocMTInputError("unfreezing milestones do not combine with model.pretrained_lr_scale",
-                              key=f"train.stages.{name}.unfreeze")
     params = dict(module.model.named_parameters())
-    trainable = [params[n] for n in names if n in params and matches(n, stage.trainable)]
+    trainable = [params[n] for n in names if n in params and matches(n, scfg.train.stages[name].trainable)]
     if trainable:
         module.own_lr_group = (trainable, module.stage_lr * scale)
 
@@ -270,7 +283,9 @@ def check_stages(cfg: DictConfig) -> None:
         model_class, typed = get_arch(scfg.model.arch).model_class, model_config(scfg.model)
         names = model_class.parameter_names(typed)
         policy.check(names)
-        check_training_hooks(model_class, model_class.optimizer_phases(typed), scfg, name, names)
+        phases = model_class.optimizer_phases(typed)
+        check_training_hooks(model_class, phases, scfg, name, names)
+        check_pretrained_lr_scale(scfg, name, phases)
         update_size(scfg, world_size=1)  # conflicting settings; the world size is checked at build
 
 
