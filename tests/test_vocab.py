@@ -34,6 +34,16 @@ def test_sentencepiece_special_ids_follow_the_batch_contract(model_type):
     assert SEP_ID not in vocab.encode("the cat <sep> the dog")  # a literal "<sep>" is plain text
 
 
+def test_sentencepiece_vocabulary_smaller_than_its_characters_is_a_config_error():
+    """300 distinct CJK characters, all kept at coverage 1.0, cannot fit 100 pieces: an error on
+    vocab.size that names both numbers (not sentencepiece's internal RuntimeError)."""
+    chars = [chr(0x4E00 + i) for i in range(300)]
+    sentences = ["".join(chars[(7 * i + k) % 300] for k in range(20)) for i in range(200)]
+    with pytest.raises(DocMTInputError, match=r"key 'vocab.size': 100 pieces cannot hold the 30\d "
+                                              r"characters that character_coverage=1.0 keeps"):
+        SentencePieceVocab.train(sentences, model_type="bpe", size=100, character_coverage=1.0)
+
+
 def test_sentencepiece_round_trip_and_decode_rules(bpe):
     for s in SRC[:20]:
         ids = bpe.encode(s)

@@ -118,6 +118,22 @@ def sample_sentences(sentences: Iterable[str], limit: int, seed: int = 0) -> lis
     return [pool[i] for i in keep]
 
 
+_REQUIRED_CHARS = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+def _too_small_for_characters(err: RuntimeError, size: int, coverage: float) -> Exception:
+    """sentencepiece's hard failure when the characters it must keep (those covering
+    `character_coverage` of the text, each a piece of its own) outnumber `size` (a Chinese or
+    Japanese side at a small vocabulary): the user's error, named by key. Any other error is
+    returned unchanged."""
+    found = _REQUIRED_CHARS.search(str(err))
+    if found is None:
+        return err
+    return DocMTInputError(f"{size} pieces cannot hold the {found.group(2)} characters that "
+                           f"character_coverage={coverage} keeps; raise vocab.size or lower "
+                           "vocab.character_coverage", key="vocab.size")
+
+
 class SentencePieceVocab(Vocabulary):
     """A sentencepiece model with the contract's special ids (`<sep>` a control symbol: never
     produced from raw text, so a literal "<sep>" in a corpus stays ordinary text)."""
@@ -137,21 +153,25 @@ class SentencePieceVocab(Vocabulary):
         """Train in-process on a seeded sample of at most `max_train_sentences` sentences.
 
         `size` is an upper bound: on a corpus too small to support it the model is smaller
-        (sentencepiece's soft limit) instead of failing.
+        (sentencepiece's soft limit) instead of failing. Fewer pieces than the characters that
+        `character_coverage` keeps is a `DocMTInputError` on `vocab.size`.
         """
         norm = (s.lower() for s in sentences) if lowercase else sentences
         sample = sample_sentences(norm, max_train_sentences, seed)
         buf = io.BytesIO()
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sample), model_writer=buf, model_type=model_type,
-            vocab_size=size, character_coverage=character_coverage, hard_vocab_limit=False,
-            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-            pad_piece=SPECIAL_TOKENS[PAD_ID], unk_piece=SPECIAL_TOKENS[UNK_ID],
-            bos_piece=SPECIAL_TOKENS[BOS_ID], eos_piece=SPECIAL_TOKENS[EOS_ID],
-            control_symbols=[SPECIAL_TOKENS[SEP_ID]], input_sentence_size=0,
-            shuffle_input_sentence=False, num_threads=_threads(),
-            minloglevel=2,
-        )
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(sample), model_writer=buf, model_type=model_type,
+                vocab_size=size, character_coverage=character_coverage, hard_vocab_limit=False,
+                pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                pad_piece=SPECIAL_TOKENS[PAD_ID], unk_piece=SPECIAL_TOKENS[UNK_ID],
+                bos_piece=SPECIAL_TOKENS[BOS_ID], eos_piece=SPECIAL_TOKENS[EOS_ID],
+                control_symbols=[SPECIAL_TOKENS[SEP_ID]], input_sentence_size=0,
+                shuffle_input_sentence=False, num_threads=_threads(),
+                minloglevel=2,
+            )
+        except RuntimeError as err:
+            raise _too_small_for_characters(err, size, character_coverage) from None
         return cls(buf.getvalue(), lowercase=lowercase)
 
     def __len__(self) -> int:
