@@ -28,6 +28,15 @@ def test_a_stage_model_setting_the_stage_arch_lacks_names_its_key(tmp_path):
         train.stage_config(cfg, "main")
 
 
+def test_a_stage_validates_at_its_own_interval_and_the_others_at_the_runs(tmp_path):
+    cfg = tiny_config(tmp_path, "train.val_every_steps=900", "train.stages.base={}",
+                      "train.stages.short={init_from: base, max_steps: 600, val_every_steps: 300}",
+                      "train.schedule=[base,short]")
+    base, short = train.stage_config(cfg, "base"), train.stage_config(cfg, "short")
+    assert (base.train.val_every_steps, short.train.val_every_steps) == (900, 300)
+    assert cfg.train.val_every_steps == 900  # the run's config is untouched
+
+
 def test_the_optimizer_is_selectable_and_the_rnn_preset_uses_adagrad(tmp_path):
     from omegaconf import OmegaConf
     import torch

@@ -147,6 +147,7 @@ class StageConfig:
     init_from: Optional[str] = None  # a previous stage name or a checkpoint path
     max_steps: int = -1
     max_epochs: Optional[int] = None
+    val_every_steps: Optional[int] = None  # None: train.val_every_steps; a short stage validates oftener
     lr: Optional[float] = None  # the stage's lr (shorthand of optim.lr; setting both is an error)
     continue_schedule: bool = False  # continue the lr schedule from init_from's step (reading Z9)
 

@@ -68,8 +68,8 @@ class StageResult:
 
 
 def stage_config(cfg: DictConfig, name: str) -> DictConfig:
-    """The run config as seen by one stage: the stage's `data`, `optim` and `model` overrides and
-    `arch` applied (`model` deep-merged, e.g. `{rl: {selection_cost: 0.02}}` keeps the other `rl` keys).
+    """The run config as seen by one stage: the stage's `data`, `optim` and `model` overrides,
+    its `val_every_steps` and `arch` applied (`model` deep-merged, e.g. `{rl: {selection_cost: 0.02}}` keeps the other `rl` keys).
 
     A stage with another architecture (stage 1 of Zhang's two-step is a `transformer`) keeps the
     run's shared sizes and drops the options its own config class does not have. A model that
@@ -81,6 +81,8 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     container = OmegaConf.to_container(cfg, resolve=True)
     container["data"].update(OmegaConf.to_container(stage.data, resolve=True))
     container["train"]["optim"].update(OmegaConf.to_container(stage.optim, resolve=True))
+    if stage.val_every_steps is not None:
+        container["train"]["val_every_steps"] = stage.val_every_steps
     arch = stage.arch or cfg.model.arch
     entry = get_arch(arch)
     config_class = entry.config_class
