@@ -35,6 +35,9 @@ def test_a_stage_validates_at_its_own_interval_and_the_others_at_the_runs(tmp_pa
     base, short = train.stage_config(cfg, "base"), train.stage_config(cfg, "short")
     assert (base.train.val_every_steps, short.train.val_every_steps) == (900, 300)
     assert cfg.train.val_every_steps == 900  # the run's config is untouched
+    bad = tiny_config(tmp_path, "train.stages.main={val_every_steps: 0}")
+    with pytest.raises(DocMTInputError, match=r"train\.stages\.main\.val_every_steps.*positive"):
+        train.stage_config(bad, "main")
 
 
 def test_the_optimizer_is_selectable_and_the_rnn_preset_uses_adagrad(tmp_path):

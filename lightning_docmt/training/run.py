@@ -82,6 +82,9 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     container["data"].update(OmegaConf.to_container(stage.data, resolve=True))
     container["train"]["optim"].update(OmegaConf.to_container(stage.optim, resolve=True))
     if stage.val_every_steps is not None:
+        if stage.val_every_steps < 1:
+            raise DocMTInputError(f"must be a positive number of updates, got {stage.val_every_steps}",
+                                  key=f"train.stages.{name}.val_every_steps")
         container["train"]["val_every_steps"] = stage.val_every_steps
     arch = stage.arch or cfg.model.arch
     entry = get_arch(arch)
