@@ -69,7 +69,8 @@ class StageResult:
 
 def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     """The run config as seen by one stage: the stage's `data`, `optim` and `model` overrides,
-    its `val_every_steps` and `arch` applied (`model` deep-merged, e.g. `{rl: {selection_cost: 0.02}}` keeps the other `rl` keys).
+    its `val_every_steps` and `arch` applied (`model` deep-merged, e.g.
+    `{rl: {selection_cost: 0.02}}` keeps the other `rl` keys).
 
     A stage with another architecture (stage 1 of Zhang's two-step is a `transformer`) keeps the
     run's shared sizes and drops the options its own config class does not have. A model that
