@@ -18,8 +18,9 @@ from lightning_docmt.registry import import_all_archs
 from lightning_docmt.tables.report import FINISHED
 from lightning_docmt.tables.contrastive_columns import column_value
 from lightning_docmt.tables.runner import ARCHIVE_DIRNAME, METRICS_FILE, run_table
+from lightning_docmt.tables.grid import load_grid, write_grid
 from lightning_docmt.tables.spec import load_table
-from tests.experiment_files import EXPERIMENTS, table_files
+from tests.experiment_files import EXPERIMENTS, grid_files, table_files
 
 REPO = EXPERIMENTS.parent
 ARCHIVE = EXPERIMENTS / ARCHIVE_DIRNAME
@@ -32,7 +33,14 @@ def is_selection_table(table_dir: Path) -> bool:
 
 
 def archived_tables() -> list[Path]:
-    return sorted(p for p in ARCHIVE.iterdir() if p.is_dir()) if ARCHIVE.is_dir() else []
+    """The archived tables' folders; the grids' reports (tables/grid.py) are in folders of their own."""
+    if not ARCHIVE.is_dir():
+        return []
+    return sorted(p for p in ARCHIVE.iterdir() if p.is_dir() and p.name not in grid_files())
+
+
+def archived_grids() -> list[Path]:
+    return sorted(ARCHIVE / grid_id for grid_id in grid_files() if (ARCHIVE / grid_id).is_dir())
 
 
 def archived_runs(table_dir: Path) -> list[Path]:
@@ -104,3 +112,17 @@ def test_an_archived_table_rebuilds_without_training(table_dir, tmp_path):
     if baseline in seeds_of:  # every other archived row is tested against it, seed by seed
         tested = [row for row in seeds_of if row != baseline]
         assert all(cells[(row, "test/bleu")].get("p_values") for row in tested), cells
+
+
+@pytest.mark.parametrize("grid_dir", archived_grids(), ids=lambda p: p.name)
+def test_an_archived_grid_is_what_its_archived_runs_give(grid_dir, tmp_path):
+    """The committed grid report equals the one written now from the archived runs of its parts
+    (every seed found): a part table archived later must be followed by a rebuilt grid."""
+    grid = load_grid(grid_files()[grid_dir.name])
+    results = tmp_path / "results"
+    for part in grid.parts:
+        if (ARCHIVE / part.table.id).is_dir():
+            shutil.copytree(ARCHIVE / part.table.id, results / part.table.id)
+    rebuilt = write_grid(grid, results)
+    with open(rebuilt["csv"], newline="") as now, open(grid_dir / "table.csv", newline="") as committed:
+        assert list(csv.DictReader(now)) == list(csv.DictReader(committed))

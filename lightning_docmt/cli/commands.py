@@ -136,20 +136,33 @@ def _row_runner(table):
 
 
 def table_command(args: argparse.Namespace) -> int:
+    """A table file, or a grid file (`parts:`, tables/grid.py) whose part tables run in turn."""
+    from lightning_docmt.config.yaml_file import YamlFile
     from lightning_docmt.tables import runner as tables
-    from lightning_docmt.tables.spec import load_table
+    from lightning_docmt.tables.grid import run_grid
+    from lightning_docmt.tables.spec import is_grid_file, load_table
 
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
-    outcome = tables.run_table(Path(args.table), rows=args.rows, seeds=seeds, profile=args.profile,
-                               cli_overrides=_overrides(args), run_row=_row_runner(load_table(args.table)),
-                               results_dir=Path(args.results), dry_run=args.dry_run)
+    common = dict(rows=args.rows, seeds=seeds, profile=args.profile, cli_overrides=_overrides(args),
+                  results_dir=Path(args.results), dry_run=args.dry_run)
+    if is_grid_file(YamlFile.load(args.table)):
+        outcome = run_grid(Path(args.table), parts=args.parts or "all", row_runner=_row_runner,
+                           **common)
+        records = [r for part in outcome.parts for r in part.records]
+    elif args.parts:
+        raise DocMTInputError("--parts applies to grid files only (this file has no 'parts:')",
+                              path=args.table)
+    else:
+        outcome = tables.run_table(Path(args.table), run_row=_row_runner(load_table(args.table)),
+                                   **common)
+        records = outcome.records
     if args.dry_run:
         print("\n".join(outcome.commands))
         return 0
     if outcome.outputs:
         print(Path(outcome.outputs["md"]).read_text())
         print("results: " + ", ".join(str(p) for p in outcome.outputs.values()))
-    failed = [r for r in outcome.records if r.error]
+    failed = [r for r in records if r.error]
     for r in failed:
         print(f"row {r.row} seed {r.seed} FAILED: {r.error} (log: {r.log_path})")
     return 1 if failed else 0

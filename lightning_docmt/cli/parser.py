@@ -60,10 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoints", nargs="+", metavar="CKPT")
     p.add_argument("--out", required=True, help="the averaged checkpoint (written atomically)")
 
-    p = sub.add_parser("table", help="run the rows of a table YAML")
+    p = sub.add_parser("table", help="run the rows of a table YAML, or the part tables of a grid YAML")
     p.add_argument("table")
     p.add_argument("overrides", nargs="*")
     p.add_argument("--rows", default="all")
+    p.add_argument("--parts", help="a grid's parts to run (default: all); its report covers every part")
     p.add_argument("--seeds")
     p.add_argument("--profile")
     p.add_argument("--dry-run", action="store_true")

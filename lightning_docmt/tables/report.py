@@ -126,7 +126,7 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
             m = summary.metrics[metric]
             mark = significance.get(summary.row.name, ("", ()))[0] if metric == MARKED_METRIC else ""
             digits = decimals(metric)
-            cells += [_ours_cell(m, digits) + (f" {mark}" if mark else ""), _fmt(m.paper, digits),
+            cells += [ours_cell(m, digits) + (f" {mark}" if mark else ""), _fmt(m.paper, digits),
                       _fmt(m.delta, digits, signed=True)]
         cells.append(summary.status)
         lines.append("| " + " | ".join(cells) + " |")
@@ -185,8 +185,8 @@ def write_csv(table: Table, summaries: Sequence[RowSummary], path: Path, *,
                 m = summary.metrics[metric]
                 mark, p_values = (significance.get(summary.row.name, ("", ()))
                                   if metric == MARKED_METRIC else ("", ()))
-                writer.writerow([summary.row.name, metric, m.n, _raw(m.mean), _raw(m.std),
-                                 _raw(m.paper), _raw(m.delta), summary.status,
+                writer.writerow([summary.row.name, metric, m.n, raw_cell(m.mean), raw_cell(m.std),
+                                 raw_cell(m.paper), raw_cell(m.delta), summary.status,
                                  ";".join(repr(p) for p in p_values), mark])
     return path
 
@@ -284,7 +284,7 @@ def decimals(metric: str) -> int:
     return 4 if "cxmi" in metric else 2
 
 
-def _ours_cell(m: MetricSummary, digits: int) -> str:
+def ours_cell(m: MetricSummary, digits: int) -> str:
     if m.mean is None:
         return "n/a"
     spread = f" ± {m.std:.{digits}f}" if m.std is not None else ""
@@ -297,5 +297,5 @@ def _fmt(value: float | None, digits: int, *, signed: bool = False) -> str:
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
-def _raw(value: float | None) -> str:
+def raw_cell(value: float | None) -> str:
     return "" if value is None else repr(value)

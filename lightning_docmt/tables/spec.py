@@ -26,7 +26,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -39,7 +39,7 @@ from lightning_docmt.tables import contrastive_columns
 TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "baseline", "evaluate", "notes")
 EVALUATED_SPLITS = ("test", "valid")
 ROW_KEYS = ("name", "overrides", "paper", "notes")
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # used as a folder name
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # used as a folder name
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,27 @@ def is_table_file(file: YamlFile) -> bool:
     return "rows" in file.data
 
 
-def load_table(path: str | Path) -> Table:
-    """Parse and validate a table file (override syntax included; composing rows is `compose_row`)."""
+def is_grid_file(file: YamlFile) -> bool:
+    """A grid of table files (`parts:`, tables/grid.py)."""
+    return "parts" in file.data
+
+
+Fail = Callable[..., DocMTInputError]  # fail(message, *keys): the error at the line of `keys`
+
+
+@dataclass(frozen=True)
+class SpecFile:
+    """What table and grid files share, checked: their keys, `id`, `title`, `metrics`, `notes`."""
+
+    file: YamlFile
+    data: dict[str, Any]
+    metrics: list[str]
+    notes: str
+    fail: Fail
+
+
+def read_spec_file(path: str | Path, kind: str, allowed: Sequence[str], required: Sequence[str]) -> SpecFile:
+    """Load a `kind` file ("table", "grid") whose keys are among `allowed` and include `required`."""
     file = YamlFile.load(path)
     data: dict[str, Any] = OmegaConf.to_container(file.data, resolve=False)  # type: ignore[assignment]
 
@@ -105,19 +124,29 @@ def load_table(path: str | Path) -> Table:
         return DocMTInputError(message, path=file.path, line=file.line_of(keys) if keys else None)
 
     for key in data:
-        if key not in TABLE_KEYS:
-            raise fail(f"unknown table key '{key}'{_hint(key, TABLE_KEYS)}", key)
-    for key in ("id", "title", "metrics", "rows"):
+        if key not in allowed:
+            raise fail(f"unknown {kind} key '{key}'{hint(key, allowed)}", key)
+    for key in ("id", "title", "metrics", *required):
         if key not in data:
-            raise fail(f"missing table key '{key}'")
-    table_id = data["id"]
-    if not (isinstance(table_id, str) and _SAFE_NAME.match(table_id)):
-        raise fail(f"'id' must be a name of letters, digits and _.+- , got {table_id!r}", "id")
+            raise fail(f"missing {kind} key '{key}'")
+    if not (isinstance(data["id"], str) and SAFE_NAME.match(data["id"])):
+        raise fail(f"'id' must be a name of letters, digits and _.+- , got {data['id']!r}", "id")
     if not isinstance(data["title"], str):
         raise fail("'title' must be a string", "title")
     metrics = _string_list(data["metrics"])
     if not metrics or len(set(metrics)) != len(metrics):
         raise fail("'metrics' must be a non-empty list of distinct metric names", "metrics")
+    notes = data.get("notes", "")
+    if not isinstance(notes, str):
+        raise fail("'notes' must be a string", "notes")
+    return SpecFile(file=file, data=data, metrics=metrics, notes=notes, fail=fail)
+
+
+def load_table(path: str | Path) -> Table:
+    """Parse and validate a table file (override syntax included; composing rows is `compose_row`)."""
+    spec = read_spec_file(path, "table", TABLE_KEYS, ("rows",))
+    file, data, metrics, notes, fail = spec.file, spec.data, spec.metrics, spec.notes, spec.fail
+    table_id = data["id"]
     for metric in metrics:
         problem = contrastive_columns.check_column(metric)
         if problem:
@@ -133,9 +162,6 @@ def load_table(path: str | Path) -> Table:
                 and len(set(seeds)) == len(seeds)):
             raise fail("'seeds' must be a non-empty list of distinct integers", "seeds")
         seeds = tuple(seeds)
-    notes = data.get("notes", "")
-    if not isinstance(notes, str):
-        raise fail("'notes' must be a string", "notes")
     if not (isinstance(data["rows"], list) and data["rows"]):
         raise fail("'rows' must be a non-empty list", "rows")
     rows = tuple(_parse_row(raw, i, metrics, file, fail) for i, raw in enumerate(data["rows"]))
@@ -198,6 +224,9 @@ def compose_file(path: str | Path, overrides: Sequence[str] = (), *, row: str | 
                  profile: str | None = None, seed: int | None = None) -> DictConfig:
     """`docmt fit FILE [--row NAME] [--seed S] [--profile P]`: a table row or a plain run config."""
     file = YamlFile.load(path)
+    if is_grid_file(file):
+        raise DocMTInputError("a grid of table files (`parts:`): run it with `docmt table`, or one "
+                              "row of a part with `docmt fit PART.yaml --row NAME`", path=path)
     if is_table_file(file):
         table = load_table(path)
         if row is None:
@@ -215,13 +244,13 @@ def _parse_row(raw: Any, index: int, metrics: list[str], file: YamlFile, fail) -
     if not isinstance(raw, dict):
         raise fail(f"rows[{index}] must be a mapping with 'name' and 'overrides'", "rows", index)
     name = raw.get("name")
-    if not (isinstance(name, str) and _SAFE_NAME.match(name)):
+    if not (isinstance(name, str) and SAFE_NAME.match(name)):
         raise fail(f"rows[{index}]: 'name' must be a name of letters, digits and _.+- , "
                    f"got {name!r}", "rows", index)
     label = f"row '{name}'"
     for key in raw:
         if key not in ROW_KEYS:
-            raise fail(f"{label}: unknown key '{key}'{_hint(key, ROW_KEYS)}", "rows", index, key)
+            raise fail(f"{label}: unknown key '{key}'{hint(key, ROW_KEYS)}", "rows", index, key)
     overrides = _string_list(raw.get("overrides", []))
     if overrides is None:
         raise fail(f"{label}: 'overrides' must be a list of key=value strings", "rows", index,
@@ -236,7 +265,7 @@ def _parse_row(raw: Any, index: int, metrics: list[str], file: YamlFile, fail) -
     for metric, value in paper_raw.items():
         if metric not in metrics:
             raise fail(f"{label}: paper number for '{metric}', which is not in the table's "
-                       f"metrics{_hint(metric, metrics)}", "rows", index, "paper", metric)
+                       f"metrics{hint(metric, metrics)}", "rows", index, "paper", metric)
         if value is not None and not (_is_number(value) and math.isfinite(value)):
             raise fail(f"{label}: paper value of '{metric}' must be a number or null, got "
                        f"{value!r}", "rows", index, "paper", metric)
@@ -262,6 +291,6 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _hint(name: str, valid: Sequence[str]) -> str:
+def hint(name: str, valid: Sequence[str]) -> str:
     close = difflib.get_close_matches(str(name), valid, n=1)
     return f" (did you mean '{close[0]}'?)" if close else f"; valid: {', '.join(valid)}"
