@@ -8,6 +8,7 @@ reference, `worse` one word, the baseline half the words), so the marks are know
 from __future__ import annotations
 
 import csv
+import statistics
 from pathlib import Path
 
 import pytest
@@ -67,11 +68,16 @@ def test_a_grid_has_a_line_per_part_a_column_per_row_and_each_parts_marks(grid_f
     assert cells[("y-x", "better")]["mean"] == repr(float(len("better")))  # fake_run's BLEU
     assert float(cells[("y-x", "worse")]["paper"]) == 22.0 and cells[("x-y", "worse")]["n"] == "2"
     assert len(cells[("x-y", "better")]["p_values"].split(";")) == 2
+    deltas = [float(d) for d in cells[("x-y", "better")]["deltas"].split(";")]
+    assert len(deltas) == 2 and all(d > 20 for d in deltas)  # the reference vs. half its words
+    assert cells[("x-y", "baseline")]["deltas"] == cells[("x-y", "baseline")]["mark"] == ""
     markdown = (tmp_path / "results" / "unit.grid" / "table.md").read_text()
     lines = markdown.splitlines()
     assert "| Part | baseline | better | worse |" in lines
     line = next(l for l in lines if l.startswith("| x-y |"))
-    assert line.split(" | ")[2].endswith("↑") and line.split(" | ")[3].rstrip(" |").endswith("↓")
+    better, worse = line.split(" | ")[2], line.split(" | ")[3]
+    assert f"↑ Δ +{statistics.mean(deltas):.2f} ± {statistics.stdev(deltas):.2f}" in better
+    assert "↓ Δ -" in worse and "Δ" not in line.split(" | ")[1]  # the baseline has none
     assert lines[lines.index(line) + 1] == "| paper | 10.00 | 11.00 | 12.00 |"
     assert "[unit.part_a](../unit.part_a/table.md)" in markdown and "two directions" in markdown
     assert (tmp_path / "results" / "unit.part_b" / "table.md").is_file()  # each part's own report

@@ -31,10 +31,10 @@ from typing import Callable, Sequence
 from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.distributed import is_global_zero
-from lightning_docmt.tables.report import (MARKED_METRIC, RowSummary, decimals, ours_cell, raw_cell,
-                                          run_provenance, summarize)
+from lightning_docmt.tables.report import (MARKED_METRIC, MetricSummary, RowSummary, decimals,
+                                          ours_cell, raw_cell, run_provenance, summarize)
 from lightning_docmt.tables.runner import RunRow, TableOutcome, collect_records, run_table
-from lightning_docmt.tables.significance import row_significance
+from lightning_docmt.tables.significance import RowSignificance, row_significance
 from lightning_docmt.tables.spec import SAFE_NAME, Table, hint, load_table, read_spec_file
 
 GRID_KEYS = ("id", "title", "metrics", "parts", "notes")
@@ -148,13 +148,25 @@ def run_grid(grid_path: str | Path, parts: str | Sequence[str] = "all", rows: st
 
 @dataclass(frozen=True)
 class _Line:
-    """One part of the grid: its row summaries and, per row, its test-BLEU mark against the
-    part's baseline (empty where untested)."""
+    """One part of the grid: its row summaries and, per row other than the baseline, its test
+    BLEU tested against the part's baseline seed by seed (absent where untested)."""
 
     part: GridPart
     summaries: dict[str, RowSummary]
-    marks: dict[str, str]
-    p_values: dict[str, tuple[float, ...]]
+    tested: dict[str, RowSignificance]
+
+    def mark(self, row: str) -> str:
+        return self.tested[row].mark if row in self.tested else ""
+
+    def paired_delta(self, row: str) -> str:
+        """`Δ mean ± sd` of the row's BLEU minus its baseline's, seed by seed: each seed's context
+        rows start from that seed's baseline stage, so seed-to-seed spread of the baseline itself
+        (large when training is short) cancels here but not in the means."""
+        if row not in self.tested:
+            return ""
+        deltas = MetricSummary(values=self.tested[row].deltas, paper=None)
+        spread = f" ± {deltas.std:.2f}" if deltas.std is not None else ""
+        return f"Δ {deltas.mean:+.2f}{spread}"
 
 
 def write_grid(grid: Grid, results_dir: str | Path, seeds: Sequence[int] | None = None) -> dict[str, Path]:
@@ -165,9 +177,7 @@ def write_grid(grid: Grid, results_dir: str | Path, seeds: Sequence[int] | None 
         table = part.table
         summaries = summarize(table, collect_records(table, results_dir, seeds))
         tested = row_significance(summaries, table.baseline) if table.baseline else {}
-        lines.append(_Line(part=part, summaries={s.row.name: s for s in summaries},
-                           marks={row: t.mark for row, t in tested.items()},
-                           p_values={row: t.p_values for row, t in tested.items()}))
+        lines.append(_Line(part=part, summaries={s.row.name: s for s in summaries}, tested=tested))
     out_dir = Path(results_dir) / grid.id
     out_dir.mkdir(parents=True, exist_ok=True)
     return {"md": _write_markdown(grid, lines, out_dir), "csv": _write_csv(grid, lines, out_dir)}
@@ -179,8 +189,9 @@ def _write_markdown(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:
             f"Grid `{grid.id}` (`{grid.path}`): one line per part table, one column per row. Ours: "
             "mean ± sample standard deviation over the part's finished seeds (n). ↑/↓: "
             f"{MARKED_METRIC} significantly better/worse than the part's baseline row (paired "
-            "bootstrap, p < 0.05) in every seed. The `paper` line under each part gives the "
-            "paper's numbers."]
+            "bootstrap, p < 0.05) in every seed; Δ: the row's minus the baseline's, seed by seed "
+            "(mean ± sd), which the spread of the baseline across seeds does not blur. The `paper` "
+            "line under each part gives the paper's numbers."]
     for metric in grid.metrics:
         digits = decimals(metric)
         text += ["", f"## {metric}", "", "| Part | " + " | ".join(columns) + " |",
@@ -189,8 +200,9 @@ def _write_markdown(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:
             cells = []
             for column in columns:
                 m = line.summaries[column].metrics[metric]
-                mark = line.marks.get(column, "") if metric == MARKED_METRIC else ""
-                cells.append(ours_cell(m, digits) + (f" {mark}" if mark else ""))
+                extra = ([line.mark(column), line.paired_delta(column)]
+                         if metric == MARKED_METRIC else [])
+                cells.append(" ".join([ours_cell(m, digits), *filter(None, extra)]))
             text.append(f"| {line.part.name} | " + " | ".join(cells) + " |")
             paper = [line.summaries[c].metrics[metric].paper for c in columns]
             if any(value is not None for value in paper):
@@ -220,21 +232,23 @@ def _write_markdown(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:
 
 
 def _write_csv(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:
-    """One line per part, row and metric; `p_values` (per seed) and `mark` on test BLEU lines."""
+    """One line per part, row and metric; on test BLEU lines, per seed (`;`-separated) the
+    `p_values` and `deltas` against the part's baseline row, and the `mark`."""
     path = out_dir / "table.csv"
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["part", "row", "metric", "n", "mean", "std", "paper", "status",
-                         "p_values", "mark"])
+                         "p_values", "deltas", "mark"])
         for line in lines:
             for column in grid.columns:
                 summary = line.summaries[column]
                 for metric in grid.metrics:
                     m = summary.metrics[metric]
-                    marked = metric == MARKED_METRIC
+                    tested = line.tested.get(column) if metric == MARKED_METRIC else None
                     writer.writerow([
                         line.part.name, column, metric, m.n, raw_cell(m.mean), raw_cell(m.std),
                         raw_cell(m.paper), summary.status,
-                        ";".join(repr(p) for p in line.p_values.get(column, ())) if marked else "",
-                        line.marks.get(column, "") if marked else ""])
+                        ";".join(map(repr, tested.p_values)) if tested else "",
+                        ";".join(map(repr, tested.deltas)) if tested else "",
+                        tested.mark if tested else ""])
     return path
