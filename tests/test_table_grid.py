@@ -83,6 +83,24 @@ def test_a_grid_has_a_line_per_part_a_column_per_row_and_each_parts_marks(grid_f
     assert (tmp_path / "results" / "unit.part_b" / "table.md").is_file()  # each part's own report
 
 
+def test_the_grid_reuses_the_significance_tests_of_the_parts_that_ran(grid_file, tmp_path,
+                                                                      monkeypatch):
+    """The paired bootstrap is the costly part of a report: once per part, whether it ran now
+    (its results come from `run_table`) or earlier (tested from its runs on disk)."""
+    from lightning_docmt.tables import runner
+
+    tested = []
+    real = runner.row_significance
+    monkeypatch.setattr(runner, "row_significance",
+                        lambda summaries, baseline: tested.append(baseline) or real(summaries, baseline))
+    results = tmp_path / "results"
+    run_grid(grid_file, parts="x-y", row_runner=recording([]), results_dir=results)
+    assert len(tested) == 2  # x-y by run_table; y-x (nothing on disk yet) by the grid
+    tested.clear()
+    run_grid(grid_file, row_runner=recording([]), results_dir=results)
+    assert len(tested) == 2  # each part once, by its run_table
+
+
 def test_parts_run_separately_fill_one_grid(grid_file, tmp_path):
     calls: list = []
     results = tmp_path / "results"

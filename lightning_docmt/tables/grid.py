@@ -25,16 +25,17 @@ import csv
 import os
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.distributed import is_global_zero
 from lightning_docmt.tables.report import (MARKED_METRIC, MetricSummary, RowSummary, decimals,
-                                          ours_cell, raw_cell, run_provenance, summarize)
-from lightning_docmt.tables.runner import RunRow, TableOutcome, collect_records, run_table
-from lightning_docmt.tables.significance import RowSignificance, row_significance
+                                          number_cell, ours_cell, raw_cell, run_provenance)
+from lightning_docmt.tables.runner import RunRow, TableOutcome, TableResults, run_table, table_results
+from lightning_docmt.tables.significance import RowSignificance
 from lightning_docmt.tables.spec import SAFE_NAME, Table, hint, load_table, read_spec_file
 
 GRID_KEYS = ("id", "title", "metrics", "parts", "notes")
@@ -142,7 +143,8 @@ def run_grid(grid_path: str | Path, parts: str | Sequence[str] = "all", rows: st
                                        cli_overrides=cli_overrides, run_row=run_row,
                                        results_dir=results_dir, dry_run=dry_run))
     if not dry_run and is_global_zero():
-        outcome.outputs = write_grid(grid, results_dir, seeds)
+        outcome.outputs = write_grid(grid, results_dir, seeds, known={
+            o.table.id: o.results for o in outcome.parts if o.results is not None})
     return outcome
 
 
@@ -152,8 +154,15 @@ class _Line:
     BLEU tested against the part's baseline seed by seed (absent where untested)."""
 
     part: GridPart
-    summaries: dict[str, RowSummary]
-    tested: dict[str, RowSignificance]
+    results: TableResults
+
+    @cached_property
+    def summaries(self) -> dict[str, RowSummary]:
+        return {s.row.name: s for s in self.results.summaries}
+
+    @property
+    def tested(self) -> dict[str, RowSignificance]:
+        return self.results.tested
 
     def mark(self, row: str) -> str:
         return self.tested[row].mark if row in self.tested else ""
@@ -169,15 +178,16 @@ class _Line:
         return f"Δ {deltas.mean:+.2f}{spread}"
 
 
-def write_grid(grid: Grid, results_dir: str | Path, seeds: Sequence[int] | None = None) -> dict[str, Path]:
-    """`results/<grid id>/table.{md,csv}` from the runs on disk of every part (`seeds` only, or
-    every seed found when None); trains nothing."""
-    lines = []
-    for part in grid.parts:
-        table = part.table
-        summaries = summarize(table, collect_records(table, results_dir, seeds))
-        tested = row_significance(summaries, table.baseline) if table.baseline else {}
-        lines.append(_Line(part=part, summaries={s.row.name: s for s in summaries}, tested=tested))
+def write_grid(grid: Grid, results_dir: str | Path, seeds: Sequence[int] | None = None, *,
+               known: Mapping[str, TableResults] | None = None) -> dict[str, Path]:
+    """`results/<grid id>/table.{md,csv}` from the runs on disk of every part; trains nothing.
+    A part's seeds are those its own report uses: `seeds`, else its table's `seeds:`, else every
+    seed found. `known`: part results that `run_table` has just computed (by table id), so that
+    their significance tests are not run again."""
+    known = known or {}
+    lines = [_Line(part=part, results=known.get(part.table.id) or table_results(
+                 part.table, results_dir, seeds or part.table.seeds))
+             for part in grid.parts]
     out_dir = Path(results_dir) / grid.id
     out_dir.mkdir(parents=True, exist_ok=True)
     return {"md": _write_markdown(grid, lines, out_dir), "csv": _write_csv(grid, lines, out_dir)}
@@ -206,8 +216,7 @@ def _write_markdown(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:
             text.append(f"| {line.part.name} | " + " | ".join(cells) + " |")
             paper = [line.summaries[c].metrics[metric].paper for c in columns]
             if any(value is not None for value in paper):
-                text.append("| paper | " + " | ".join(
-                    "n/a" if value is None else f"{value:.{digits}f}" for value in paper) + " |")
+                text.append("| paper | " + " | ".join(number_cell(v, digits) for v in paper) + " |")
     text += ["", "Parts:", ""]
     for line in lines:
         table = line.part.table

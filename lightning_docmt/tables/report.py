@@ -126,8 +126,8 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
             m = summary.metrics[metric]
             mark = significance.get(summary.row.name, ("", ()))[0] if metric == MARKED_METRIC else ""
             digits = decimals(metric)
-            cells += [ours_cell(m, digits) + (f" {mark}" if mark else ""), _fmt(m.paper, digits),
-                      _fmt(m.delta, digits, signed=True)]
+            cells += [ours_cell(m, digits) + (f" {mark}" if mark else ""), number_cell(m.paper, digits),
+                      number_cell(m.delta, digits, signed=True)]
         cells.append(summary.status)
         lines.append("| " + " | ".join(cells) + " |")
     failures = [r for s in summaries for r in s.records if r.status == FAILED]
@@ -291,7 +291,7 @@ def ours_cell(m: MetricSummary, digits: int) -> str:
     return f"{m.mean:.{digits}f}{spread} (n={m.n})"
 
 
-def _fmt(value: float | None, digits: int, *, signed: bool = False) -> str:
+def number_cell(value: float | None, digits: int, *, signed: bool = False) -> str:
     if value is None:
         return "n/a"
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"

@@ -50,8 +50,8 @@ from lightning_docmt.config.composition import CONFIG_FILENAME, RESOLVED_KEY, sa
 from lightning_docmt.distributed import is_global_zero, progress
 from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.tables.significance import row_significance
-from lightning_docmt.tables.report import (DONE, FAILED, FINISHED, INCOMPLETE, RunRecord,
+from lightning_docmt.tables.significance import RowSignificance, row_significance
+from lightning_docmt.tables.report import (DONE, FAILED, FINISHED, INCOMPLETE, RowSummary, RunRecord,
                                           log_table_to_wandb, summarize, write_bar_chart,
                                           write_csv, write_markdown)
 from lightning_docmt.tables.spec import Table, TableRow, compose_row, load_table
@@ -73,15 +73,26 @@ class PlannedRun:
     run_dir: Path
 
 
+@dataclass(frozen=True)
+class TableResults:
+    """What the report shows: per row, its runs on disk summarised, and the rows other than the
+    baseline tested against it seed by seed (empty without a `baseline:`)."""
+
+    summaries: list[RowSummary]
+    tested: dict[str, RowSignificance]
+
+
 @dataclass
 class TableOutcome:
     """`records`: the runs of this call (empty for a dry run); `commands`: the dry run's commands;
-    `outputs`: the written report files by kind (`md`, `csv`, `png`)."""
+    `outputs`: the written report files by kind (`md`, `csv`, `png`); `results`: what they show
+    (None for a dry run and on other DDP ranks)."""
 
     table: Table
     records: list[RunRecord] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
     outputs: dict[str, Path] = field(default_factory=dict)
+    results: TableResults | None = None
 
 
 def run_dir_for(results_dir: str | Path, table_id: str, row: str, seed: int) -> Path:
@@ -122,15 +133,15 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
         return TableOutcome(table=table, records=records)
     out_dir = Path(results_dir) / table.id
     out_dir.mkdir(parents=True, exist_ok=True)
-    summaries = summarize(table, collect_records(table, results_dir, seed_list))
+    results = table_results(table, results_dir, seed_list)
+    summaries = results.summaries
     context = f"Profile: {profile or _common_profile(plan) or 'none'}. {_case_setting(plan)}"
     if preface:
         context = f"{preface} {context}"
     if table.evaluate == "valid":
         context += (" Selection table: every score is on the valid split (greedy unless "
                     "eval.valid_beam says otherwise); the test split was never decoded.")
-    tested = row_significance(summaries, table.baseline) if table.baseline else {}
-    marks = {row: (t.mark, t.p_values) for row, t in tested.items()}
+    marks = {row: (t.mark, t.p_values) for row, t in results.tested.items()}
     outputs = {"md": write_markdown(table, summaries, out_dir / "table.md", context=context,
                                     significance=marks),
                "csv": write_csv(table, summaries, out_dir / "table.csv", significance=marks),
@@ -138,7 +149,15 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
     if any(planned.cfg.logging.wandb for planned in plan):
         log_table_to_wandb(table, summaries, outputs["png"], project=plan[0].cfg.logging.project,
                            out_dir=out_dir)
-    return TableOutcome(table=table, records=records, outputs=outputs)
+    return TableOutcome(table=table, records=records, outputs=outputs, results=results)
+
+
+def table_results(table: Table, results_dir: str | Path, seeds: Sequence[int] | None) -> TableResults:
+    """Summaries and significance tests of the table's runs on disk (`seeds` only, or every seed
+    found when None); the paired bootstrap makes this the costly part of a report."""
+    summaries = summarize(table, collect_records(table, results_dir, seeds))
+    tested = row_significance(summaries, table.baseline) if table.baseline else {}
+    return TableResults(summaries=summaries, tested=tested)
 
 
 def fit_commands(table: Table, plan: Sequence[PlannedRun], profile: str | None,
