@@ -8,7 +8,8 @@ lr) and the trainable parameter names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,6 +39,7 @@ class StageFit:
     trainer: pl.Trainer
     module: DocMTModule
     datamodule: DocumentWindowDataModule
+    warnings: list[str] = field(default_factory=list)  # the messages of the warnings it raised
 
 
 def fit_stage(cfg: DictConfig, name: str, out_dir: Path, *, init_from: Path | None = None,
@@ -51,10 +53,12 @@ def fit_stage(cfg: DictConfig, name: str, out_dir: Path, *, init_from: Path | No
     module.model.load_pretrained(datamodule.src_vocab)  # as run_stage: pretrained first, then init_from
     if init_from is not None:
         train.load_weights(module, init_from, init_from=f"train.stages.{name}.init_from")
-    trainer, _ = train.build_trainer(scfg, name, out_dir)
-    trainer.callbacks.extend(callbacks)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-    return StageFit(trainer, module, datamodule)
+    with warnings.catch_warnings(record=True) as raised:
+        warnings.simplefilter("always")  # build_trainer's own filters go in front of this one
+        trainer, _ = train.build_trainer(scfg, name, out_dir)
+        trainer.callbacks.extend(callbacks)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    return StageFit(trainer, module, datamodule, [str(w.message) for w in raised])
 
 
 def fit_then_resume(cfg: DictConfig, root: Path, full: pl.Callback, resumed: pl.Callback,
