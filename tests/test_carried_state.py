@@ -67,7 +67,7 @@ def test_each_sentence_receives_its_predecessors_state_or_the_reset_value(carrie
     evaluation = [s for s in sentences if not s.training]  # sanity check and two validations
     assert check_each_sentence_received_its_predecessors_state(training, {}) > 0
     assert check_each_sentence_received_its_predecessors_state(evaluation, {}) > 0
-    assert sum(s.pos == 0 for s in training) > 128  # a second group of documents started
+    assert sum(s.pos == 0 for s in training) > 128  # rows went on to their next documents
     # training starts after the sanity check at position 0; after the validation at step 10 it
     # continues its documents with the training state (checked above), not reset and not the eval one
     after_evaluation = [b for a, b in zip(sentences, sentences[1:]) if not a.training and b.training]
@@ -76,8 +76,8 @@ def test_each_sentence_receives_its_predecessors_state_or_the_reset_value(carrie
 
 def test_rows_move_between_batches_so_the_state_is_keyed_by_document(carried):
     """Evaluation batches hold consecutive documents in corpus order, and a document that ended
-    drops out: a sentence's predecessor sat in another row of the previous batch. (Training groups
-    are sorted longest first, so there rows keep their places within a group.)"""
+    drops out: a sentence's predecessor sat in another row of the previous batch. (Training rows
+    keep their places: each reads its documents one after another.)"""
     rows: dict[tuple[bool, int, int], int] = {}
     moved = {True: 0, False: 0}
     for s in carried["sentences"]:

@@ -107,8 +107,8 @@ def test_rank_and_world_size_from_arguments_shard_the_training_epoch(spec, tmp_p
 
 
 def test_document_order_mode(spec, tmp_path):
-    data, vocab = configs(spec, tmp_path, document_order=True)
-    dm = DocumentWindowDataModule(data, vocab, CONTEXT, max_documents=2)
+    data, vocab = configs(spec, tmp_path, document_order=True, max_documents=2)
+    dm = DocumentWindowDataModule(data, vocab, CONTEXT)
     position: dict[int, int] = {}
     for batch in dm.train_dataloader():
         assert len(set(batch["doc_index"].tolist())) == len(batch["doc_index"]) <= 2

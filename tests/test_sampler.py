@@ -193,6 +193,56 @@ def test_document_order_batch_j_holds_sentence_j_of_each_group_document():
     assert [sorted(b) for b in batches] == expected
 
 
+def one_long_document_corpus() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A 12-sentence document and six of 4 (as a long psalm among short chapters): offsets,
+    targets (every sentence) and each sentence's document."""
+    sizes = [4, 4, 12, 4, 4, 4, 4]
+    offsets = np.concatenate(([0], np.cumsum(sizes)))
+    return offsets, np.arange(offsets[-1]), np.repeat(np.arange(len(sizes)), sizes)
+
+
+def test_document_order_training_rows_stream_documents_so_batches_stay_full():
+    """Three rows: the long document fills one, the six short ones the other two (12 each), so
+    all 12 batches hold three sentences. Groups of three documents read to their ends would
+    take 20 batches, 8 of them a single sentence of the long document."""
+    offsets, targets, doc_of = one_long_document_corpus()
+    for ep in range(3):
+        s = DocumentOrderBatchSampler(offsets, targets, 3, seed=5)
+        s.set_epoch(ep)
+        batches = epoch(s)
+        assert [len(b) for b in batches] == [3] * 12
+        assert sorted(i for b in batches for i in b) == targets.tolist()
+        for b in batches:
+            assert len(set(doc_of[b].tolist())) == 3
+
+
+def test_document_order_training_rows_keep_their_places():
+    """Row i of a batch continues row i of the one before (the next sentence of its document, or
+    the first of the row's next document once that one ended); rows that run out are the last."""
+    s = doc_sampler(max_documents=3, seed=2)
+    for ep in range(3):
+        s.set_epoch(ep)
+        batches = epoch(s)
+        for before, after in zip(batches, batches[1:]):
+            assert len(after) <= len(before)
+            for prev, cur in zip(before, after):
+                same_doc = DOC_OF[cur] == DOC_OF[prev]
+                starts = cur == TARGETS[TARGETS >= DOC_OFFSETS[DOC_OF[cur]]][0]
+                ended = prev == TARGETS[TARGETS < DOC_OFFSETS[DOC_OF[prev] + 1]][-1]
+                assert (same_doc and cur > prev) or (starts and ended)
+
+
+def test_document_order_training_epochs_differ_in_order_not_length():
+    s = doc_sampler(max_documents=3, seed=8)
+    lengths, orders = set(), set()
+    for ep in range(6):
+        s.set_epoch(ep)
+        batches = epoch(s)
+        lengths.add(len(batches))
+        orders.add(tuple(tuple(b) for b in batches))
+    assert len(lengths) == 1 and len(orders) > 1
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_document_order_ddp_equal_counts_every_target_seen(world):
     shards = [epoch(doc_sampler(num_replicas=world, rank=r, seed=4)) for r in range(world)]

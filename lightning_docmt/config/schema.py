@@ -75,6 +75,7 @@ class DataConfig:
     bucket_width: int = 0  # 0 = sort exactly by length inside a pool; >0 = bucket granularity
     num_workers: int = 0
     document_order: bool = False  # yield the sentences of each document in order (target context)
+    max_documents: int = 128  # document order: documents read at once per rank, i.e. sentences per batch
     cache_dir: str = ".cache/docmt"
     train_fraction: float = 1.0  # use only a fraction of the training documents (ablations)
     train_fraction_draw: str = "first"  # first (in corpus order) | random (seeded, corpus order kept)
@@ -232,3 +233,11 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     trainer: dict[str, Any] = field(default_factory=dict)  # free dict passed to pl.Trainer
+
+
+def inert_keys(cfg: Any) -> frozenset[str]:
+    """The dotted keys of a resolved run config (a DictConfig or a plain dict) that cannot change
+    what the run computes, given the rest of it: `data.max_documents` outside document order.
+    Reuse checks and stage keys leave them out, so that a profile may set them for the models
+    they concern without orphaning the runs of the others."""
+    return frozenset() if cfg["data"].get("document_order", False) else frozenset({"data.max_documents"})

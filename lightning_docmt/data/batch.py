@@ -20,7 +20,8 @@ stream: `ctx_ext` is padded with its own tokenizer's pad id and `ctx_ext_pad` is
 
 `ctx_*` keys are present only when the corresponding context size is > 0, `ctx_ext` and
 `ctx_ext_pad` only when `context.external` is set (docs/design.md section 5). In document-order mode
-(`data.document_order=true`) a batch holds sentence j of up to `max_documents` documents, so a model
+(`data.document_order=true`) a batch holds one sentence of each of up to `data.max_documents`
+documents and a document's next sentence is in the next batch (`data/doc_sampler.py`), so a model
 with target-side context can carry its state from batch to batch; `doc_index` tells which document
 each row belongs to. For a model that carries a state (`Seq2SeqModel.carries_state`), `DocMTModule`
 adds `carry`: what each row's previous sentence handed on, or the model's reset value

@@ -40,7 +40,7 @@ from lightning_docmt.config.schema import ContextConfig, DataConfig, VocabConfig
 
 class DocumentWindowDataModule(pl.LightningDataModule):
     def __init__(self, data: DataConfig, vocab: VocabConfig, context: ContextConfig, *,
-                 max_documents: int = 128, seed: int | None = None, rank: int = 0,
+                 seed: int | None = None, rank: int = 0,
                  world_size: int = 1):
         """`seed` drives the per-epoch shuffles; None takes the seed of the last
         `pl.seed_everything` call (0 if none). `rank`/`world_size` apply without a trainer.
@@ -49,7 +49,6 @@ class DocumentWindowDataModule(pl.LightningDataModule):
         self.data_cfg, self.vocab_cfg = data, vocab
         self.external: ExternalTokenizer | None = external_tokenizer(context)
         self.window = WindowSpec.from_config(context, self.external)
-        self.max_documents = max_documents
         self.seed = int(os.environ.get("PL_GLOBAL_SEED", 0)) if seed is None else seed
         self._rank, self._world_size = rank, world_size
         self._splits: dict[str, BinarizedSplit] = {}
@@ -103,7 +102,7 @@ class DocumentWindowDataModule(pl.LightningDataModule):
         rank, world = self._dist()
         common = dict(num_replicas=world, rank=rank, seed=self.seed, shuffle=train)
         if self.data_cfg.document_order:
-            return DocumentOrderBatchSampler(split.doc_offsets, indices, self.max_documents,
+            return DocumentOrderBatchSampler(split.doc_offsets, indices, self.data_cfg.max_documents,
                                              **common)
         budget = self.data_cfg.max_tokens if train else self.data_cfg.eval_max_tokens
         sizes = row_lengths(split, self.window, indices)

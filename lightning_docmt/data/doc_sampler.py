@@ -1,26 +1,34 @@
 """Document-order batches (docs/design.md section 5, `data.document_order`).
 
-Documents are taken in groups of up to `max_documents`; a group yields, for j = 0, 1, ..., the
-j-th target sentence of every document of the group that has one. A model that carries state
-along a document (target-side context from its own previous outputs, Yamagishi & Komachi's shared
-models that reuse the previous sentence's states) therefore sees each document in order, one
-sentence per batch. Sentences that are not training targets (over-long, see `cache.py`) are
-skipped here but remain available as context. `max_tokens` does not apply: `max_documents`
-bounds the batch.
+A batch holds at most one sentence of each of up to `max_documents` documents, and a document's
+next sentence is in the next batch. A model that carries state along a document (target-side
+context from its own previous outputs, Yamagishi & Komachi's shared models that reuse the
+previous sentence's states) therefore sees each document in order, one sentence per batch.
+Sentences that are not training targets (over-long, see `cache.py`) are skipped here but remain
+available as context. `max_tokens` does not apply: `max_documents` bounds the batch.
 
-A group holds at most `max_documents` documents and at most ceil(n_docs / W), so that every
-rank gets a group. Groups go to ranks longest-processing-time first (the group with the most
-batches to the rank with the fewest so far), so the ranks' batch counts are nearly equal.
+Training (`shuffle=True`) runs `max_documents` rows per rank as streams: each row reads its
+documents one after another, and a batch holds every row's current sentence. Documents go to the
+rows longest first, each to the row with the least work so far (longest-processing-time
+scheduling), so the rows' loads differ by less than a short document and nearly every batch is
+full; each row then reads its documents in an order drawn per epoch. The loads depend only on the
+documents' lengths, so every epoch has the same number of batches. Rows are ordered by load,
+largest first: a row that runs out is always at the end of the batch, and the others keep their
+places. (Cutting the length-sorted documents into groups of `max_documents` and reading each group
+to its end, as Yamagishi & Komachi describe their batches, leaves a group's longest document to
+run alone: on the Bible, Psalm 119's 176 verses gave 95 consecutive batches of one or two
+sentences in each epoch of 365. This is reading Y18 of docs/papers/yamagishi.md.)
+With W ranks there are W x `max_documents` rows (fewer when there are fewer documents), and rank r
+takes rows r, r + W, ...; a rank with fewer batches than the busiest one replays its own first
+batches, so that every rank runs the same number of batches.
 
-Training (`shuffle=True`): documents are sorted by target count with ties broken at random per
-epoch before they are cut into groups, and the group order is shuffled; the number of batches
-per epoch (the sum of each group's longest document) is thus the same in every epoch. A rank
-with fewer batches than the busiest one replays the first batches of its own groups, in
-document order, so that every rank runs the same number of batches.
-Evaluation (`shuffle=False`): groups of consecutive documents in corpus order; no sentence is
-repeated, and ranks may run different numbers of batches (the model gathers hypotheses by
-`sent_index`).
-With fewer documents than ranks, a rank without a group replays one (no rank may be empty).
+Evaluation (`shuffle=False`): groups of up to `max_documents` consecutive documents in corpus
+order, each read to its end before the next group starts (batch j of a group holds sentence j of
+each of its documents that has one); no sentence is repeated, and ranks may run different
+numbers of batches (the model gathers hypotheses by `sent_index`); groups go to ranks
+longest-processing-time first, so the ranks' batch counts are nearly equal. With fewer documents
+than ranks, a rank without documents replays another rank's (no rank may be empty), in training
+and evaluation alike.
 """
 
 from __future__ import annotations
@@ -45,23 +53,22 @@ class DocumentOrderBatchSampler(ShardedBatchSampler):
         self._docs = np.flatnonzero(counts > 0)  # documents with at least one target
         self._first, self._count = first[self._docs], counts[self._docs]
 
-    def _groups(self, epoch: int) -> list[np.ndarray]:
-        """Positions into `self._docs`, one array per group."""
-        n = len(self._docs)
-        size = min(self.max_documents, max(1, math.ceil(n / self.num_replicas)))
-        if not self.shuffle:
-            return [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
-        rng = np.random.default_rng([self.seed, epoch])
-        order = np.lexsort((rng.random(n), -self._count))  # longest first, random ties
-        groups = [order[i:i + size] for i in range(0, n, size)]
-        return [groups[g] for g in rng.permutation(len(groups))]
+    def _rows_per_rank(self) -> int:
+        return min(self.max_documents, max(1, math.ceil(len(self._docs) / self.num_replicas)))
+
+    def _groups(self) -> list[np.ndarray]:
+        """Evaluation: positions into `self._docs`, one array per group of consecutive documents."""
+        n, size = len(self._docs), self._rows_per_rank()
+        return [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
 
     def _group_batches(self, group: np.ndarray) -> list[np.ndarray]:
         first, count = self._first[group], self._count[group]
         return [self._targets[first[count > j] + j] for j in range(int(count.max()))]
 
-    def _rank_batches(self, epoch: int) -> list[np.ndarray]:
-        groups = self._groups(epoch)
+    def _eval_batches(self) -> list[np.ndarray]:
+        """This rank's groups, read one after another. Groups go to ranks longest-processing-time
+        first (the group with the most batches to the rank with the fewest so far)."""
+        groups = self._groups()
         if not groups:
             return []
         steps = [int(self._count[g].max()) for g in groups]
@@ -74,8 +81,41 @@ class DocumentOrderBatchSampler(ShardedBatchSampler):
             heapq.heappush(load, (batches + steps[g], rank))
         if not mine:
             mine = [self.rank % len(groups)]
-        own = [b for g in sorted(mine) for b in self._group_batches(groups[g])]
+        return [b for g in sorted(mine) for b in self._group_batches(groups[g])]
+
+    def _row_documents(self, epoch: int) -> list[list[int]]:
+        """Training: every row's documents (positions into `self._docs`) in reading order, rows
+        by load, largest first (all ranks' rows: row k belongs to rank k mod W)."""
+        n_rows = self._rows_per_rank() * self.num_replicas
+        rng = np.random.default_rng([self.seed, epoch])
+        by_length = np.lexsort((rng.random(len(self._docs)), -self._count))  # longest first
+        rows: list[list[int]] = [[] for _ in range(n_rows)]
+        load = [(0, r) for r in range(n_rows)]  # (sentences, row), least loaded first
+        for d in by_length.tolist():
+            sentences, row = heapq.heappop(load)
+            rows[row].append(d)
+            heapq.heappush(load, (sentences + int(self._count[d]), row))
+        loads = dict((row, sentences) for sentences, row in load)
+        order = sorted(range(n_rows), key=lambda r: -loads[r])  # stable: ties keep row order
+        return [[rows[r][i] for i in rng.permutation(len(rows[r]))] for r in order]
+
+    def _stream_batches(self, rows: list[list[int]]) -> list[np.ndarray]:
+        """Batch t holds the t-th target of every row (its documents read one after another)."""
+        streams = [np.concatenate([self._first[d] + np.arange(self._count[d]) for d in docs])
+                   for docs in rows if docs]  # positions into `self._targets`, rows by load
+        if not streams:
+            return []
+        return [self._targets[[s[t] for s in streams if len(s) > t]]
+                for t in range(len(streams[0]))]
+
+    def _rank_batches(self, epoch: int) -> list[np.ndarray]:
         if not self.shuffle:
-            return own
-        busiest = max(b for b, _ in load)
+            return self._eval_batches()
+        rows = self._row_documents(epoch)
+        per_rank = [self._stream_batches(rows[r::self.num_replicas])
+                    for r in range(self.num_replicas)]
+        busiest = max(len(b) for b in per_rank)
+        if busiest == 0:
+            return []
+        own = per_rank[self.rank] or next(b for b in per_rank if b)  # fewer documents than ranks
         return [own[i % len(own)] for i in range(busiest)]

@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.config.composition import CONFIG_FILENAME, RESOLVED_KEY, save_config, schema_defaults
+from lightning_docmt.config.schema import inert_keys
 from lightning_docmt.distributed import is_global_zero, progress
 from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
 from lightning_docmt.errors import DocMTInputError
@@ -231,7 +232,7 @@ def _record_on_disk(row: str, seed: int, run_dir: Path) -> RunRecord:
 
 def check_reusable(cfg: DictConfig, run_dir: Path) -> None:
     """A finished run in `run_dir` is reused only if its saved config matches `cfg` (outside
-    REUSE_IGNORED_KEYS); one that other code produced is reused with a warning naming the code it
+    REUSE_IGNORED_KEYS, and the keys inert in both, `schema.inert_keys`); one that other code produced is reused with a warning naming the code it
     came from. A key that the saved config lacks is an option added to the code since the run: the
     run was made as if at the option's default in code, so the key differs only where `cfg` sets
     it to something else (else every new option would orphan the archive of measured runs, or a
@@ -253,9 +254,9 @@ def check_reusable(cfg: DictConfig, run_dir: Path) -> None:
     for key in now.keys() - before.keys():  # options added since the run: it had their defaults
         if key in defaults:
             before[key] = defaults[key]
+    ignored = (*REUSE_IGNORED_KEYS, *(inert_keys(cfg) & inert_keys(saved)))
     differ = sorted(key for key in before if now.get(key, "<absent>") != before[key]
-                    and not key.startswith(tuple(f"{k}." for k in REUSE_IGNORED_KEYS))
-                    and key not in REUSE_IGNORED_KEYS)
+                    and not key.startswith(tuple(f"{k}." for k in ignored)) and key not in ignored)
     if differ:
         shown = ", ".join(f"{k} ({before[k]!r} -> {now.get(k, '<absent>')!r})"
                           for k in differ[:4]) + (" ..." if len(differ) > 4 else "")

@@ -166,11 +166,11 @@ class CarriedState:
     """What a model with `carries_state` hands from each sentence to the next one of its document,
     across the batches of one loop (training, or evaluation).
 
-    Document-order batches (`data/doc_sampler.py`) hold sentence j of every document of a group, so
-    a document's next sentence is in the next batch, but not always in the same row: a document
-    that ends drops out and the rows after it move up. Training groups are sorted longest first, so
-    their rows stay in place until the group ends, but evaluation groups are consecutive documents
-    in corpus order, and a new group brings other documents either way. The state is therefore
+    Document-order batches (`data/doc_sampler.py`) put a document's next sentence in the next
+    batch, but not always in the same row. In training, a row reads documents one after another
+    (a new document starts where the last one ended) and rows keep their places. In evaluation,
+    batch j holds sentence j of every document of a group, so a document that ends drops out and
+    the rows after it move up, and a new group brings other documents. The state is therefore
     keyed by `doc_index`, not by row: a row receives the state
     that the previous batch's row of the same document, one position earlier (`pos_in_doc` - 1),
     produced; every other row receives the model's `initial_carry`. That resets the first sentence

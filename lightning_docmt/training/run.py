@@ -48,7 +48,7 @@ from lightning_docmt.inference.translate import LoadedModel, load_checkpoint
 from lightning_docmt.training.model_hooks import check_training_hooks
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.registry import get_arch, model_config
-from lightning_docmt.config.schema import ContextConfig, RunConfig
+from lightning_docmt.config.schema import ContextConfig, RunConfig, inert_keys
 from lightning_docmt.training.speed import train_speed_metrics
 from lightning_docmt.training.update_size import update_size
 from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric, resolve_precision
@@ -139,13 +139,15 @@ def pretrained_lr_group(module: DocMTModule, names: list[str], scfg: DictConfig,
 
 
 def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
-    """Hash of everything that determines a stage's weights (worker counts, paths, and what is
+    """Hash of everything that determines a stage's weights (worker counts, paths, keys that are
+    inert in this config (`schema.inert_keys`), and what is
     scored after testing: the contrastive suites, where they are, the context-usage passes,
     excluded): the config, the code (`provenance`: a
     fix to the code never reuses a stage trained before it) and the precision and device the
     stage resolves to here (`auto` means bf16 on one machine and float32 on another)."""
     plain = OmegaConf.to_container(scfg, resolve=True)
-    data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir")}
+    inert = {key.split(".", 1)[1] for key in inert_keys(plain) if key.startswith("data.")}
+    data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir", *inert)}
     if data["train_fraction"] == 1.0:  # the whole split: how a fraction would be drawn is moot
         data = {k: v for k, v in data.items() if k not in ("train_fraction_draw", "train_fraction_seed")}
     evaluation = {k: v for k, v in plain["eval"].items()
@@ -285,6 +287,9 @@ def check_stages(cfg: DictConfig) -> None:
     check_average_config(cfg.train.average.checkpoints, cfg.train.average.rule)
     for name in cfg.train.schedule:
         scfg = stage_config(cfg, name)
+        if scfg.data.max_documents < 1:
+            raise DocMTInputError(f"data.max_documents must be at least 1, got {scfg.data.max_documents}",
+                                  key="data.max_documents")
         policy = StagedUnfreezing.from_stage(name, scfg.train.stages[name])
         model_class, typed = get_arch(scfg.model.arch).model_class, model_config(scfg.model)
         names = model_class.parameter_names(typed)
