@@ -33,6 +33,15 @@ def test_the_stage_key_changes_with_the_code_and_the_resolved_precision(monkeypa
     assert key_of(cfg) not in (before, after_fix)
 
 
+def test_the_stage_key_leaves_out_the_documents_per_batch_outside_document_order(tmp_path):
+    base = ["data.corpus=synthetic:tiny", f"data.cache_dir={tmp_path}"]
+    keys = {order: {key_of(compose(None, [*base, f"data.document_order={order}",
+                                          f"data.max_documents={n}"], profile="tiny"))
+                    for n in (8, 16)}
+            for order in ("false", "true")}
+    assert len(keys["false"]) == 1 and len(keys["true"]) == 2
+
+
 def test_the_fingerprint_covers_every_source_file(monkeypatch, tmp_path):
     package, extra = tmp_path / "lightning_docmt", tmp_path / "callbacks"
     for root in (package, extra):

@@ -230,6 +230,24 @@ def test_an_option_added_since_a_finished_run_does_not_orphan_it_but_a_removed_o
     assert not fake.calls
 
 
+def test_the_number_of_documents_per_batch_matters_only_in_document_order(table_file, tmp_path):
+    """`data.max_documents` is inert in a run without document-order batches (`inert_keys`): a
+    finished run is reused whatever it is set to. A document-order run with another value is
+    another config."""
+    fake = FakeTraining()
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    fake.calls.clear()
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r",
+              cli_overrides=["data.max_documents=7"])
+    assert not fake.calls
+    ordered = ["data.document_order=true"]
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "o",
+              cli_overrides=ordered)
+    with pytest.raises(DocMTInputError, match=r"data.max_documents \(128 -> 7\)"):
+        run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "o",
+                  cli_overrides=[*ordered, "data.max_documents=7"])
+
+
 def test_fit_of_a_row_with_overrides_never_returns_the_finished_run_of_another_config(table_file,
                                                                                        tmp_path):
     """`docmt fit TABLE --row R key=value` writes where `docmt table` looks; a finished run there
