@@ -132,6 +132,13 @@ def test_a_carrying_model_needs_document_order(tmp_path, hook_archs):
         DocMTModule(OmegaConf.to_container(cfg, resolve=True), 16, 16)
 
 
+def test_document_order_needs_at_least_one_document_per_batch(tmp_path, hook_archs):
+    cfg = tiny_config(tmp_path, f"model.arch={CARRYING}", "data.document_order=true",
+                      "data.max_documents=0")
+    with pytest.raises(DocMTInputError, match="key 'data.max_documents'"):
+        train.check_stages(cfg)
+
+
 def test_sentence_by_sentence_inference_of_a_carrying_model_is_refused(tmp_path, hook_archs):
     cfg = tiny_config(tmp_path, f"model.arch={CARRYING}", "data.document_order=true")
     module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), 16, 16)

@@ -49,9 +49,17 @@ def test_without_tokens_per_update_the_accumulation_is_as_given(config):
     assert (size.accumulate, size.budget) == (3, 2 * 1024 * 3)  # tiny profile: max_tokens 1024
 
 
+def test_a_document_order_update_is_described_in_sentences(config):
+    size = update_size(config("data.document_order=true", "data.max_documents=16", "train.accumulate=2"),
+                       world_size=3)
+    assert size.accumulate == 2
+    assert "data.max_documents=16" in size.describe() and "up to 96 sentences per update" in size.describe()
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["train.tokens_per_update=4096", "train.accumulate=2"], "does not combine with train.accumulate=2"),
     (["train.tokens_per_update=1000"], "lower data.max_tokens to at most 1000"),
+    (["train.tokens_per_update=4096", "data.document_order=true"], "document-order batches do not have"),
 ])
 def test_conflicting_or_unreachable_updates_name_the_key(config, overrides, message):
     with pytest.raises(DocMTInputError) as err:

@@ -268,7 +268,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
                 "best": str(best), "stage": name, "seconds": round(time.time() - started, 1),
                 "best_score": _scalar(best_score),
                 "validation": validation_curve(stage_dir, monitor_metric(scfg)[0]),
-                "update": {**dataclasses.asdict(size), "budget_tokens": size.budget}}
+                "update": size.record()}
         done.write_text(json.dumps(info, indent=1) + "\n")
     trainer.strategy.barrier()
     info = json.loads(done.read_text())  # every rank: what rank zero recorded

@@ -17,6 +17,10 @@ words of any one side than 24,000 (about half for a sentence model, a quarter fo
 reading two context sentences as long as the current one); the target tokens an update actually
 had are logged as `train/update_tokens`.
 
+Document-order batches (`data.document_order`) have no token budget: a batch holds one sentence
+of each of `data.max_documents` documents being read. Their update is described in sentences,
+and `train.tokens_per_update` (a budget in tokens) is an error there: set `train.accumulate`.
+
 Lightning counts `val_check_interval` in batches, not updates: with accumulation the interval is
 `train.val_every_steps * accumulate` batches, so validation still comes every `val_every_steps`
 updates. `max_steps`, `checkpoint_every_steps` and the schedules count updates.
@@ -38,13 +42,27 @@ class UpdateSize:
     world_size: int
     max_tokens: int  # per device and batch
     accumulate: int
+    max_documents: int | None = None  # per device and batch, in document order (no token budget)
 
     @property
     def budget(self) -> int:
         """The token budget of one update, over every device and accumulated batch."""
         return self.world_size * self.max_tokens * self.accumulate
 
+    def record(self) -> dict[str, int]:
+        """What a stage's `done.json` keeps of its update."""
+        if self.max_documents is not None:
+            return {"world_size": self.world_size, "max_documents": self.max_documents,
+                    "accumulate": self.accumulate}
+        return {"world_size": self.world_size, "max_tokens": self.max_tokens,
+                "accumulate": self.accumulate, "budget_tokens": self.budget}
+
     def describe(self) -> str:
+        if self.max_documents is not None:
+            return (f"{self.world_size} device(s) x data.max_documents={self.max_documents} x "
+                    f"accumulate {self.accumulate} = up to "
+                    f"{self.world_size * self.max_documents * self.accumulate} sentences per update "
+                    f"(document order: one per document being read)")
         return (f"{self.world_size} device(s) x data.max_tokens={self.max_tokens} x accumulate "
                 f"{self.accumulate} = {self.budget} budget tokens per update (padded source + "
                 f"context + target)")
@@ -55,6 +73,13 @@ def update_size(cfg: DictConfig, world_size: int) -> UpdateSize:
     processes."""
     train, max_tokens = cfg.train, int(cfg.data.max_tokens)
     wanted = train.tokens_per_update
+    if cfg.data.document_order:
+        if wanted is not None:
+            raise DocMTInputError(f"train.tokens_per_update={wanted} counts token budgets, which "
+                                  f"document-order batches do not have (data.max_documents bounds "
+                                  f"them): set it to null and use train.accumulate",
+                                  key="train.tokens_per_update")
+        return UpdateSize(world_size, max_tokens, int(train.accumulate), int(cfg.data.max_documents))
     if wanted is None:
         return UpdateSize(world_size, max_tokens, int(train.accumulate))
     if train.accumulate != 1:
