@@ -204,7 +204,7 @@ def one_long_document_corpus() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def test_document_order_training_rows_stream_documents_so_batches_stay_full():
     """Three rows: the long document fills one, the six short ones the other two (12 each), so
     all 12 batches hold three sentences. Groups of three documents read to their ends would
-    take 20 batches, 8 of them a single sentence of the long document."""
+    take 20 batches, 12 of them a single sentence (8 of the long document, 4 of the lone last one)."""
     offsets, targets, doc_of = one_long_document_corpus()
     for ep in range(3):
         s = DocumentOrderBatchSampler(offsets, targets, 3, seed=5)
