@@ -72,32 +72,22 @@ class DocumentOrderBatchSampler(ShardedBatchSampler):
         if not groups:
             return []
         steps = [int(self._count[g].max()) for g in groups]
-        load = [(0, r) for r in range(self.num_replicas)]  # (batches, rank), least loaded first
-        mine = []
-        for g in sorted(range(len(groups)), key=lambda g: -steps[g]):  # stable: keeps tie order
-            batches, rank = heapq.heappop(load)
-            if rank == self.rank:
-                mine.append(g)
-            heapq.heappush(load, (batches + steps[g], rank))
-        if not mine:
-            mine = [self.rank % len(groups)]
-        return [b for g in sorted(mine) for b in self._group_batches(groups[g])]
+        order = sorted(range(len(groups)), key=lambda g: -steps[g])  # stable: keeps tie order
+        ranks, _ = longest_first([steps[g] for g in order], self.num_replicas)
+        mine = sorted(order[i] for i in ranks[self.rank]) or [self.rank % len(groups)]
+        return [b for g in mine for b in self._group_batches(groups[g])]
 
-    def _row_documents(self, epoch: int) -> list[list[int]]:
-        """Training: every row's documents (positions into `self._docs`) in reading order, rows
-        by load, largest first (all ranks' rows: row k belongs to rank k mod W)."""
-        n_rows = self._rows_per_rank() * self.num_replicas
+    def _row_documents(self, epoch: int) -> tuple[list[list[int]], list[int]]:
+        """Training: every row's documents (positions into `self._docs`) in reading order, and
+        every row's load (its number of batches); rows by load, largest first (all ranks' rows:
+        row k belongs to rank k mod W)."""
         rng = np.random.default_rng([self.seed, epoch])
         by_length = np.lexsort((rng.random(len(self._docs)), -self._count))  # longest first
-        rows: list[list[int]] = [[] for _ in range(n_rows)]
-        load = [(0, r) for r in range(n_rows)]  # (sentences, row), least loaded first
-        for d in by_length.tolist():
-            sentences, row = heapq.heappop(load)
-            rows[row].append(d)
-            heapq.heappush(load, (sentences + int(self._count[d]), row))
-        loads = dict((row, sentences) for sentences, row in load)
-        order = sorted(range(n_rows), key=lambda r: -loads[r])  # stable: ties keep row order
-        return [[rows[r][i] for i in rng.permutation(len(rows[r]))] for r in order]
+        rows, loads = longest_first(self._count[by_length].tolist(),
+                                    self._rows_per_rank() * self.num_replicas)
+        order = sorted(range(len(rows)), key=lambda r: -loads[r])  # stable: ties keep row order
+        return ([[int(by_length[rows[r][i]]) for i in rng.permutation(len(rows[r]))] for r in order],
+                [loads[r] for r in order])
 
     def _stream_batches(self, rows: list[list[int]]) -> list[np.ndarray]:
         """Batch t holds the t-th target of every row (its documents read one after another)."""
@@ -111,11 +101,26 @@ class DocumentOrderBatchSampler(ShardedBatchSampler):
     def _rank_batches(self, epoch: int) -> list[np.ndarray]:
         if not self.shuffle:
             return self._eval_batches()
-        rows = self._row_documents(epoch)
-        per_rank = [self._stream_batches(rows[r::self.num_replicas])
-                    for r in range(self.num_replicas)]
-        busiest = max(len(b) for b in per_rank)
-        if busiest == 0:
+        rows, loads = self._row_documents(epoch)
+        if not loads or loads[0] == 0:
             return []
-        own = per_rank[self.rank] or next(b for b in per_rank if b)  # fewer documents than ranks
-        return [own[i % len(own)] for i in range(busiest)]
+        world = self.num_replicas
+        own = (self._stream_batches(rows[self.rank::world])
+               or self._stream_batches(rows[::world]))  # fewer documents than ranks: rank 0's
+        return [own[i % len(own)] for i in range(loads[0])]  # every rank: the busiest one's count
+
+
+def longest_first(sizes: list[int], n_bins: int) -> tuple[list[list[int]], list[int]]:
+    """Longest-processing-time scheduling of items that come longest first (`sizes`, in order):
+    each goes to the bin with the least load so far (ties: the lowest bin). Returns every bin's
+    items (indices into `sizes`, in the order assigned) and every bin's load."""
+    bins: list[list[int]] = [[] for _ in range(n_bins)]
+    heap = [(0, b) for b in range(n_bins)]  # (load, bin), least loaded first
+    for item, size in enumerate(sizes):
+        load, b = heapq.heappop(heap)
+        bins[b].append(item)
+        heapq.heappush(heap, (load + size, b))
+    loads = [0] * n_bins
+    for load, b in heap:
+        loads[b] = load
+    return bins, loads

@@ -232,13 +232,14 @@ def _record_on_disk(row: str, seed: int, run_dir: Path) -> RunRecord:
 
 def check_reusable(cfg: DictConfig, run_dir: Path) -> None:
     """A finished run in `run_dir` is reused only if its saved config matches `cfg` (outside
-    REUSE_IGNORED_KEYS, and the keys inert in both, `schema.inert_keys`); one that other code produced is reused with a warning naming the code it
-    came from. A key that the saved config lacks is an option added to the code since the run: the
-    run was made as if at the option's default in code, so the key differs only where `cfg` sets
-    it to something else (else every new option would orphan the archive of measured runs, or a
-    table that turns a new option on would silently reuse the runs made without it). Called by
-    `docmt table` for every planned run before any runs, and by `docmt fit TABLE --row` (whose
-    command-line overrides may change the row's config)."""
+    REUSE_IGNORED_KEYS and the keys inert in both, `schema.inert_keys`); one that other code
+    produced is reused with a warning naming the code it came from. A key that the saved config
+    lacks is an option added to the code since the run: the run was made as if at the option's
+    default in code, so the key differs only where `cfg` sets it to something else (else every
+    new option would orphan the archive of measured runs, or a table that turns a new option on
+    would silently reuse the runs made without it). Called by `docmt table` for every planned run
+    before any runs, and by `docmt fit TABLE --row` (whose command-line overrides may change the
+    row's config)."""
     saved_path = run_dir / CONFIG_FILENAME
     if not ((run_dir / METRICS_FILE).is_file() and saved_path.is_file()):
         return

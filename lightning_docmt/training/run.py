@@ -139,15 +139,16 @@ def pretrained_lr_group(module: DocMTModule, names: list[str], scfg: DictConfig,
 
 
 def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
-    """Hash of everything that determines a stage's weights (worker counts, paths, keys that are
-    inert in this config (`schema.inert_keys`), and what is
-    scored after testing: the contrastive suites, where they are, the context-usage passes,
-    excluded): the config, the code (`provenance`: a
-    fix to the code never reuses a stage trained before it) and the precision and device the
-    stage resolves to here (`auto` means bf16 on one machine and float32 on another)."""
+    """Hash of everything that determines a stage's weights: the config, the code (`provenance`:
+    a fix to the code never reuses a stage trained before it) and the precision and device the
+    stage resolves to here (`auto` means bf16 on one machine and float32 on another). Left out:
+    worker counts, paths, the keys inert in this config (`schema.inert_keys`), and what is scored
+    after testing (the contrastive suites, where they are, the context-usage passes)."""
     plain = OmegaConf.to_container(scfg, resolve=True)
-    inert = {key.split(".", 1)[1] for key in inert_keys(plain) if key.startswith("data.")}
-    data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir", *inert)}
+    for key in inert_keys(plain):
+        section, option = key.split(".", 1)
+        del plain[section][option]
+    data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir")}
     if data["train_fraction"] == 1.0:  # the whole split: how a fraction would be drawn is moot
         data = {k: v for k, v in data.items() if k not in ("train_fraction_draw", "train_fraction_seed")}
     evaluation = {k: v for k, v in plain["eval"].items()
@@ -288,8 +289,8 @@ def check_stages(cfg: DictConfig) -> None:
     for name in cfg.train.schedule:
         scfg = stage_config(cfg, name)
         if scfg.data.max_documents < 1:
-            raise DocMTInputError(f"data.max_documents must be at least 1, got {scfg.data.max_documents}",
-                                  key="data.max_documents")
+            raise DocMTInputError(f"data.max_documents must be at least 1, got "
+                                  f"{scfg.data.max_documents}", key="data.max_documents")
         policy = StagedUnfreezing.from_stage(name, scfg.train.stages[name])
         model_class, typed = get_arch(scfg.model.arch).model_class, model_config(scfg.model)
         names = model_class.parameter_names(typed)
