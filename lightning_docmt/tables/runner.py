@@ -5,8 +5,9 @@ Each run lives in `results/<table id>/<row>/seed<S>/`:
     config.yaml    the resolved run config (`config.save_config`)
     log.txt        what the run printed (stdout, stderr, logging records), plus a failure's traceback
     metrics.json   what `run_row` returned, plus the run's wall seconds (`time/run_s`: a stage reused
-                   from the stage cache costs next to nothing); its presence marks the run finished,
-                   so a re-run skips it
+                   from the stage cache costs next to nothing, and a run resumed after an
+                   interruption counts only its last attempt); its presence marks the run
+                   finished, so a re-run skips it
     error.json     why the last attempt failed (removed when the run is retried)
 
 and the table in `results/<table id>/table.{md,csv,png}`. Checkpoints stay in each stage's folder
@@ -60,7 +61,7 @@ from lightning_docmt.tables.spec import Table, TableRow, compose_row, load_table
 RunRow = Callable[[DictConfig, Path], Mapping[str, Any]]
 
 METRICS_FILE, ERROR_FILE, LOG_FILE = "metrics.json", "error.json", "log.txt"
-RUN_TIME_METRIC = "time/run_s"  # wall seconds of the run as executed: reused stages cost ~0
+RUN_TIME_METRIC = "time/run_s"  # wall seconds of the last attempt: reused stages cost ~0
 ARCHIVE_DIRNAME = "measured"  # experiments/measured/: archived runs, not experiment files
 # Keys that do not change a run's numbers: a finished run composed with other values here is reused.
 REUSE_IGNORED_KEYS = ("logging", "trainer", "data.num_workers", "data.cache_dir")
