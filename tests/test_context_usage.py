@@ -22,7 +22,7 @@ from lightning_docmt.data.batch import EOS_ID
 from lightning_docmt.data.collate import collate, row_lengths
 from lightning_docmt.data.context_anchors import no_context, own_context, random_context
 from lightning_docmt.data.vocab import WordVocab
-from lightning_docmt.evaluation.context_usage import context_usage_metrics
+from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS, context_usage_metrics
 from lightning_docmt.evaluation.contrastive import score_suite
 from lightning_docmt.inference.translate import LoadedModel, binarize_documents
 from lightning_docmt.training.module import DocMTModule
@@ -140,6 +140,7 @@ def test_random_context_bleu_is_decoded_for_a_context_model(tmp_path, split):
     scores = context_usage_metrics(model, split, REFERENCES, "13a", test_bleu=50.0)
     assert scores["random_ctx/bleu_delta"] == pytest.approx(scores["random_ctx/bleu"] - 50.0)
     assert scores["random_ctx/bleu"] < 50.0  # an untrained model is nowhere near 50 BLEU
+    assert set(scores) == set(METRIC_MEANINGS)  # every score is explained under the tables
 
 
 def test_a_suite_line_with_source_context_only_is_scored_by_a_model_reading_both_sides(tmp_path):

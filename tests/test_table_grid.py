@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.tables.grid import load_grid, run_grid
 from tests.cli_run import docmt
 from tests.experiment_files import EXPERIMENTS
@@ -81,6 +82,19 @@ def test_a_grid_has_a_line_per_part_a_column_per_row_and_each_parts_marks(grid_f
     assert lines[lines.index(line) + 1] == "| paper | 10.00 | 11.00 | 12.00 |"
     assert "[unit.part_a](../unit.part_a/table.md)" in markdown and "two directions" in markdown
     assert (tmp_path / "results" / "unit.part_b" / "table.md").is_file()  # each part's own report
+
+
+def test_a_grid_explains_its_context_columns_and_only_those(grid_file, tmp_path):
+    run_grid(grid_file, row_runner=recording([]), results_dir=tmp_path / "plain")
+    assert "Context columns" not in (tmp_path / "plain" / "unit.grid" / "table.md").read_text()
+    for part in ("part_a", "part_b"):
+        table = yaml.safe_load((tmp_path / f"{part}.yaml").read_text())
+        write(tmp_path / f"{part}.yaml", {**table, "metrics": [*table["metrics"], "cxmi"]})
+    write(grid_file, {**GRID, "metrics": ["test/bleu", "cxmi"]})
+    run_grid(grid_file, row_runner=recording([]), results_dir=tmp_path / "results")
+    lines = (tmp_path / "results" / "unit.grid" / "table.md").read_text().splitlines()
+    legend = lines.index("Context columns (on the test split):")
+    assert lines[legend + 2:legend + 4] == [f"- `cxmi`: {METRIC_MEANINGS['cxmi']}", ""]
 
 
 def test_the_grid_reuses_the_significance_tests_of_the_parts_that_ran(grid_file, tmp_path,

@@ -15,6 +15,7 @@ import yaml
 
 from lightning_docmt.config.composition import compose
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.tables.report import DONE, RunRecord, log_table_to_wandb, run_provenance, summarize
 from lightning_docmt.tables.spec import compose_file, compose_row, load_table
 from lightning_docmt.tables.runner import run_table
@@ -141,6 +142,24 @@ def test_table_markdown_and_csv_hold_mean_std_and_paper_numbers(table_file, tmp_
     assert "nrefs:1|tok:13a" in markdown and "table note" in markdown and "row note" in markdown
     assert "Profile: tiny. BLEU, chrF, d-BLEU and METEOR are case-sensitive (cased)." in markdown
     assert (out / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_context_columns_are_explained_under_the_table_and_only_when_shown(table_file, tmp_path):
+    """`random_ctx/cxmi` reads easily as "the CXMI of random context": every context column says
+    what it measures under the table (evaluation/context_usage.py METRIC_MEANINGS)."""
+    shown = ["cxmi", "random_ctx/cxmi", "random_ctx/bleu_delta"]
+    rows = [{"name": r["name"], "overrides": r["overrides"]} for r in TABLE["rows"][:2]]
+    spec = {**TABLE, "id": "unit.ctx", "metrics": ["test/bleu", *shown], "rows": rows}
+    context_file = tmp_path / "unit_ctx.yaml"
+    context_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    for path in (table_file, context_file):
+        run_table(path, run_row=FakeTraining(), results_dir=tmp_path / "results")
+    plain = (tmp_path / "results" / "unit.t1" / "table.md").read_text()
+    with_context = (tmp_path / "results" / "unit.ctx" / "table.md").read_text()
+    assert "Context columns" not in plain
+    legend = with_context.split("Context columns (on the test split):\n\n", 1)[1].split("\n\n", 1)[0]
+    assert legend.splitlines() == [f"- `{m}`: {METRIC_MEANINGS[m]}" for m in shown]
+    assert "another document's" in METRIC_MEANINGS["random_ctx/cxmi"]
 
 
 def test_run_provenance_groups_runs_by_precision_device_torch_and_code(tmp_path):

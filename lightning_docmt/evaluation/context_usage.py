@@ -46,6 +46,22 @@ from lightning_docmt.data.sampler import TokenBudgetBatchSampler
 from lightning_docmt.evaluation.scoring import token_log_probs
 from lightning_docmt.inference.translate import LoadedModel, batches, check_sentence_by_sentence
 
+# What each score means, printed under every table that shows it (tables/report.py), so that no
+# column is read the wrong way round: `random_ctx/cxmi` is not "the CXMI of random context".
+METRIC_MEANINGS = {
+    "cxmi": "how much more likely the references are with the row's real context than with none "
+            "(nats per target token, the same model); 0 for a model that reads no context",
+    "cxmi/first": "`cxmi` over the first sentences of documents (0 unless the model reads next sentences)",
+    "cxmi/rest": "`cxmi` over the other sentences",
+    "random_ctx/cxmi": "how much more likely the references are with the real context than with another "
+                       "document's: near 0 when the model reads only that there is context, near `cxmi` "
+                       "or above when it reads what its own context says",
+    "random_ctx/bleu": "test BLEU decoded with another document's context",
+    "random_ctx/bleu_delta": "`random_ctx/bleu` - `test/bleu`: below 0 when the row's BLEU depends on "
+                             "what its own context says",
+}
+
+
 @dataclass(frozen=True)
 class SentenceLogProbs:
     """Per sentence of a split, (n,) each: summed log-probability of its target tokens and their count."""

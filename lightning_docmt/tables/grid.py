@@ -32,8 +32,9 @@ from typing import Callable, Mapping, Sequence
 from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.distributed import is_global_zero
-from lightning_docmt.tables.report import (MARKED_METRIC, MetricSummary, RowSummary, decimals,
-                                          number_cell, ours_cell, raw_cell, run_provenance)
+from lightning_docmt.tables.report import (MARKED_METRIC, MetricSummary, RowSummary,
+                                          context_columns_legend, decimals, number_cell, ours_cell,
+                                          raw_cell, run_provenance)
 from lightning_docmt.tables.runner import RunRow, TableOutcome, TableResults, run_table, table_results
 from lightning_docmt.tables.significance import RowSignificance
 from lightning_docmt.tables.spec import SAFE_NAME, Table, hint, load_table, read_spec_file
@@ -217,6 +218,7 @@ def _write_markdown(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:
             paper = [line.summaries[c].metrics[metric].paper for c in columns]
             if any(value is not None for value in paper):
                 text.append("| paper | " + " | ".join(number_cell(v, digits) for v in paper) + " |")
+    text += context_columns_legend(grid.metrics)
     text += ["", "Parts:", ""]
     for line in lines:
         table = line.part.table

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.provenance import ENV_PREFIX
 from lightning_docmt.tables import contrastive_columns
 from lightning_docmt.tables.spec import Table, TableRow
@@ -143,6 +144,7 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
     if provenance:
         lines += ["", "Runs (numbers from different precisions or code are not bit-comparable):", ""]
         lines += provenance
+    lines += context_columns_legend(table.metrics)
     rates = contrastive_columns.footnote(table.metrics, [r.metrics for s in summaries for r in s.records])
     if rates:
         lines += ["", "Contrastive suites (accuracies are fractions):", ""] + rates
@@ -151,6 +153,13 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
         lines += ["", "Notes:", ""] + ([table.notes.strip(), ""] if table.notes else []) + notes
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def context_columns_legend(metrics: Sequence[str]) -> list[str]:
+    """A report's paragraph on what each context-usage column among `metrics` measures
+    (evaluation/context_usage.py); none when no such column is shown."""
+    meanings = [f"- `{m}`: {METRIC_MEANINGS[m]}" for m in metrics if m in METRIC_MEANINGS]
+    return ["", "Context columns (on the test split):", "", *meanings] if meanings else []
 
 
 # What a finished run records of where it ran (lightning_docmt/provenance.py) that can change its
