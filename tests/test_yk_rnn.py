@@ -505,8 +505,10 @@ def test_contrastive_scoring_walks_each_candidate_document_in_order(tmp_path, si
 
 def test_a_shared_models_context_usage_is_scored_by_its_document_order_test_loop(tmp_path, monkeypatch):
     """CXMI of a carrying model: the test loop's NLL with no carried state and with another
-    document's, against its NLL with its own (`DocMTModule._carried_context_nll`); the
-    sentence-by-sentence passes (and so the random-context BLEU) are not run for it."""
+    document's, against its NLL with its own (`training/carried_context.py`); its random-context
+    BLEU decodes every batch again with another document's state, which the real pass never sees."""
+    from lightning_docmt.training.carried_context import CarriedContextUsage
+    from lightning_docmt.training.run import test_checkpoint
     from tests.cli_run import docmt, run_dir_of
 
     config = tmp_path / "shared.yaml"
@@ -514,17 +516,40 @@ def test_a_shared_models_context_usage_is_scored_by_its_document_order_test_loop
                       f"logging:\n  runs_dir: {tmp_path / 'runs'}\n"
                       "model:\n  arch: yk_rnn\n  context: shared\n  d_model: 16\ncontext:\n  side: mix\n"
                       "eval:\n  context_usage: true\ntrain:\n  max_steps: 4\n  val_every_steps: 4\n")
-    calls = []
-    original = DocMTModule._carried_context_nll
-    monkeypatch.setattr(DocMTModule, "_carried_context_nll",
-                        lambda self, batch: calls.append(batch["pos_in_doc"].tolist()) or original(self, batch))
+    positions, decoded = [], []
+    add_nll, add_random = CarriedContextUsage.add_nll, CarriedContextUsage.add_random_hypotheses
+    monkeypatch.setattr(CarriedContextUsage, "add_nll", lambda self, model, batch, loss: (
+        positions.append(batch["pos_in_doc"].tolist()) or add_nll(self, model, batch, loss)))
+    monkeypatch.setattr(CarriedContextUsage, "add_random_hypotheses", lambda self, model, batch, tr: (
+        decoded.append(batch["sent_index"].tolist()) or add_random(self, model, batch, tr)))
     monkeypatch.chdir(tmp_path)
     with single_process_run_env():
         run = run_dir_of(docmt("fit", config, "--profile", "tiny"))
-    metrics = json.loads((run / "metrics.json").read_text())
+        metrics = json.loads((run / "metrics.json").read_text())
+        cfg = OmegaConf.load(run / "config.yaml")
+        cfg.eval.context_usage = False
+        checkpoint = Path(json.loads((run / "run.json").read_text())["checkpoint"])
+        without_control = test_checkpoint(cfg, checkpoint, tmp_path / "plain")
     assert metrics["cxmi"] != 0.0 and metrics["random_ctx/cxmi"] != 0.0  # the carried state matters
-    assert "random_ctx/bleu" not in metrics
-    assert calls and any(p > 0 for positions in calls for p in positions)  # the test loop, documents in order
+    assert positions and any(p > 0 for batch in positions for p in batch)  # documents in order
+    sentences = sum(decoded, [])
+    assert sentences and sorted(sentences) == list(range(len(sentences)))  # each once, with the control
+    assert metrics["random_ctx/bleu_delta"] == pytest.approx(  # logged as float32
+        metrics["random_ctx/bleu"] - metrics["test/bleu"], abs=1e-5)
+    assert without_control["test/bleu"] == metrics["test/bleu"]  # the control changed no real output
+    assert "random_ctx/bleu" not in without_control
+
+
+def test_the_random_context_control_of_a_carried_state_reads_another_rows_state():
+    from lightning_docmt.training.carried_context import other_documents
+
+    initial = {"h": torch.zeros(1, 2)}
+    model = SimpleNamespace(initial_carry=lambda batch: initial)
+    carried = {"h": torch.arange(6.0).reshape(3, 2)}
+    rotated = other_documents(model, {"src": torch.ones(3, 4), CARRY_KEY: carried})
+    assert torch.equal(rotated["h"], carried["h"][[1, 2, 0]])
+    alone = other_documents(model, {"src": torch.ones(1, 4), CARRY_KEY: {"h": torch.ones(1, 2)}})
+    assert alone is initial  # no other document in the batch: no context
 
 
 def test_a_shared_models_checkpoint_loads_safely_and_resumes_its_carried_state(tmp_path):

@@ -55,9 +55,10 @@ from lightning_docmt.data.languages import bleu_tokenizer
 from lightning_docmt.training.output_loss import output_label_smoothed_nll
 from lightning_docmt.checkpoints import VOCAB_KEY, pack_vocabularies
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.nn.seq2seq import Seq2SeqModel, select_rows
+from lightning_docmt.nn.seq2seq import Seq2SeqModel
 from lightning_docmt.nn.training_hooks import CARRY_KEY, LossTerms
 from lightning_docmt.registry import get_arch, model_config
+from lightning_docmt.training.carried_context import CarriedContextUsage
 from lightning_docmt.training.model_hooks import (CarriedState, PhaseCycle, check_training_hooks,
                                                   model_phases, phase_parameter_names)
 from lightning_docmt.training.schedules import lr_lambda
@@ -96,9 +97,8 @@ class DocMTModule(pl.LightningModule):
         self.output_dir: Path | None = None  # where test hypotheses and signatures are written
         self._eval_records: list[tuple[int, int, str]] = []  # (sent_index, doc_index, hypothesis)
         self._eval_sums = torch.zeros(3)  # loss sum, nll sum, target tokens
-        # a carrying model's test NLL sums with no carried state and with another document's
-        # (`_carried_context_nll`: its CXMI and random-context CXMI)
-        self._carried_nll = torch.zeros(2)
+        # a carrying model's context usage, scored by its test loop (`carried_context.py`)
+        self._carried_usage = CarriedContextUsage()
         self._train_clock = Stopwatch()  # training time of this fit, validation left out
         self._train_tokens: torch.Tensor | int = 0  # this rank's trained target tokens (on device)
         self._update_tokens: torch.Tensor | int = 0  # this rank's target tokens of the current update
@@ -372,7 +372,7 @@ class DocMTModule(pl.LightningModule):
                              if reads_reference_target(self.cfg) else None)
         self._eval_records = []
         self._eval_sums = torch.zeros(3, device=self.device)
-        self._carried_nll = torch.zeros(2, device=self.device)
+        self._carried_usage = CarriedContextUsage(self.device)
         self._decode_stats.zero_()
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
@@ -389,7 +389,7 @@ class DocMTModule(pl.LightningModule):
         self._eval_sums += torch.stack([terms.loss_sum.detach(), terms.nll_sum.detach(),
                                         terms.tokens.float()])
         if self._scores_carried_context():
-            self._carried_nll += self._carried_context_nll(batch)
+            self._carried_usage.add_nll(self.model, batch, self.output_loss)
         if beam <= 0:
             return
         vocab = self.trainer.datamodule.tgt_vocab
@@ -406,23 +406,14 @@ class DocMTModule(pl.LightningModule):
             self._eval_records.append((sent, doc, vocab.decode(ids)))
             if self._own_targets is not None:
                 self._own_targets.record(sent, ids)
+        if self._scores_carried_context():  # the random-context control; the real state is handed on
+            self._carried_usage.add_random_hypotheses(self.model, batch, lambda other: [
+                vocab.decode(ids) for ids in self.translate_batch(other, beam=beam)])
 
     def _scores_carried_context(self) -> bool:
         """The test loop of a carrying model scores its context usage itself (`eval.context_usage`):
         the CXMI passes of `evaluation/context_usage.py` take sentences out of their documents."""
         return self._eval_carry is not None and self._eval_split == "test" and self.cfg.eval.context_usage
-
-    def _carried_context_nll(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(2,) the batch's NLL sums with every row's carried state replaced by the initial one (no
-        context) and by another row's, i.e. another document's (the next row's; none in a batch
-        of one). `batch` holds the carried rows (`batch_terms`)."""
-        carried = batch[CARRY_KEY]
-        rows = batch["src"].size(0)
-        initial = self.model.initial_carry(batch)
-        other = (select_rows(carried, torch.arange(1, rows + 1, device=batch["src"].device) % rows)
-                 if rows > 1 else initial)
-        return torch.stack([self.model.loss_terms({**batch, CARRY_KEY: state}, self.output_loss).nll_sum.detach()
-                            for state in (initial, other)])
 
     def _own_target_context(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """`ctx_tgt` (and its segment ids) of the batch's sentences cut from the model's own
@@ -464,9 +455,8 @@ class DocMTModule(pl.LightningModule):
             log.update(self._corpus_scores(prefix, split))
         if prefix == "test":
             log[DECODE_SPEED_METRIC] = self._decode_speed()
-        if self._scores_carried_context():  # nats per target token that the carried state adds
-            blank, other = self.trainer.strategy.reduce(self._carried_nll, reduce_op="sum").tolist()
-            log.update({"cxmi": (blank - nll_sum) / ntok, "random_ctx/cxmi": (other - nll_sum) / ntok})
+        if self._scores_carried_context():
+            log.update(self._carried_usage_scores(nll_sum / ntok, ntok, log["test/bleu"]))
         for key, value in log.items():
             self.log(key, value, prog_bar=key.endswith(("bleu", "loss")), rank_zero_only=False,
                      sync_dist=False)
@@ -476,13 +466,27 @@ class DocMTModule(pl.LightningModule):
         stats = self.all_gather(self._decode_stats.float().to(self.device)).reshape(-1, 2)
         return rate(float(stats[:, 1].sum()), float(stats[:, 0].max()))  # (world, [s, sents])
 
-    def _gather_records(self) -> list[tuple[int, int, str]]:
-        records = [r for part in gather_objects(self._eval_records) for r in part]
+    def _carried_usage_scores(self, nll: float, tokens: float, test_bleu: float) -> dict[str, float]:
+        """`cxmi` and `random_ctx/cxmi` (nats per target token that the carried state adds over none
+        and over another document's; `nll` is the loop's own per token), and the test BLEU with
+        another document's state (`random_ctx/bleu`, `random_ctx/bleu_delta`)."""
+        usage = self._carried_usage
+        blank, other = (self.trainer.strategy.reduce(usage.nll, reduce_op="sum") / tokens).tolist()
+        hyps = [hyp for _, _, hyp in self._gather_records(usage.random_records)]
+        random_bleu = metrics.corpus_bleu(hyps, self.trainer.datamodule.references("test"),
+                                          tokenize=bleu_tokenizer(self.cfg.eval, self.cfg.data),
+                                          lowercase=self.cfg.eval.lowercase).score
+        return {"cxmi": blank - nll, "random_ctx/cxmi": other - nll,
+                "random_ctx/bleu": random_bleu, "random_ctx/bleu_delta": random_bleu - test_bleu}
+
+    def _gather_records(self, own: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+        """Every rank's (sent_index, doc_index, hypothesis) records, in sentence order."""
+        records = [r for part in gather_objects(own) for r in part]
         unique = {sent: (sent, doc, hyp) for sent, doc, hyp in records}  # eval shards are disjoint
         return [unique[k] for k in sorted(unique)]
 
     def _corpus_scores(self, prefix: str, split: str) -> dict[str, float]:
-        records = self._gather_records()
+        records = self._gather_records(self._eval_records)
         refs = self.trainer.datamodule.references(split)
         if len(records) != len(refs):
             raise RuntimeError(f"{split}: gathered {len(records)} hypotheses for {len(refs)} references")
