@@ -311,14 +311,16 @@ def test_the_shared_context_rnn_beats_its_baseline_on_what_the_previous_sentence
     sentence to sentence. The baseline RNN stays at the context-free ceiling; each shared model,
     trained on from it, resolves what the previous sentence holds (pronoun_d1 and sense), beats the
     baseline by more than the tolerance, and uses its context: positive CXMI against no context and
-    against another document's state, and another example's context loses at least half its gain.
+    against another document's state, another document's state costs BLEU, and another example's
+    context loses at least half its gain.
     The contrastive suite walks each candidate document in order (`evaluation/contrastive.py`).
     NOT IN PAPER: Adam at this file's lr instead of AdaGrad at 0.01, so that the RNN learns in
     this file's budget. Measured, seed 1 (one core, the machine busy): baseline 52.8% (its BLEU 98.0),
     Sh-Src 73.6% (pronoun_d1 99.2%, sense 97.6%, d2 56.0%, d3 50.0%), 49.0% with another example's
     context, cxmi 0.0228, random_ctx/cxmi 0.0310; Sh-Tgt 72.1% (99.2%, 97.6%, 49.1%, 50.8%), 52.8%,
     cxmi 0.0114, random_ctx/cxmi 0.0281; 95 s for the baseline, 111 s and 186 s for Sh-Src and
-    Sh-Tgt (the decoder states make the target carry slower)."""
+    Sh-Tgt (the decoder states make the target carry slower). With another document's state, test
+    BLEU fell by 1.52 (Sh-Src) and 1.46 (Sh-Tgt) in a later run (98.98 and 98.92 with their own)."""
     base = rnn_baseline["metrics"]
     assert_at_ceiling(base["contrastive/accuracy"], ceiling)
     assert_context_blind(base)
@@ -327,7 +329,4 @@ def test_the_shared_context_rnn_beats_its_baseline_on_what_the_previous_sentence
     assert shared["stages"]["base"]["reused"] is True  # trained on from the very baseline above
     assert metrics["contrastive/accuracy"] >= base["contrastive/accuracy"] + ceiling["tolerance"], metrics
     assert_beats_ceiling_on_what_its_window_holds(metrics, ceiling)
-    assert metrics["cxmi"] >= MIN_CXMI and metrics["random_ctx/cxmi"] >= MIN_CXMI, metrics
-    chance, accuracy = metrics["contrastive/chance"], metrics["contrastive/accuracy"]
-    assert metrics["contrastive/random_ctx/accuracy"] <= chance + (accuracy - chance) / 2, metrics
-    assert "random_ctx/bleu" not in metrics  # a carried state: no sentence-by-sentence decode
+    assert_context_usage(metrics)  # from the document-order test loop (training/carried_context.py)
