@@ -456,7 +456,7 @@ class DocMTModule(pl.LightningModule):
         if prefix == "test":
             log[DECODE_SPEED_METRIC] = self._decode_speed()
         if self._scores_carried_context():
-            log.update(self._carried_usage_scores(nll_sum / ntok, ntok, log["test/bleu"]))
+            log.update(self._carried_usage_scores(nll_sum, ntok, log["test/bleu"]))
         for key, value in log.items():
             self.log(key, value, prog_bar=key.endswith(("bleu", "loss")), rank_zero_only=False,
                      sync_dist=False)
@@ -466,34 +466,39 @@ class DocMTModule(pl.LightningModule):
         stats = self.all_gather(self._decode_stats.float().to(self.device)).reshape(-1, 2)
         return rate(float(stats[:, 1].sum()), float(stats[:, 0].max()))  # (world, [s, sents])
 
-    def _carried_usage_scores(self, nll: float, tokens: float, test_bleu: float) -> dict[str, float]:
+    def _carried_usage_scores(self, nll_sum: float, tokens: float, test_bleu: float) -> dict[str, float]:
         """`cxmi` and `random_ctx/cxmi` (nats per target token that the carried state adds over none
-        and over another document's; `nll` is the loop's own per token), and the test BLEU with
-        another document's state (`random_ctx/bleu`, `random_ctx/bleu_delta`)."""
+        and over another document's; `nll_sum` is the loop's own), and the test BLEU with another
+        document's state (`random_ctx/bleu`, `random_ctx/bleu_delta`)."""
         usage = self._carried_usage
-        blank, other = (self.trainer.strategy.reduce(usage.nll, reduce_op="sum") / tokens).tolist()
-        hyps = [hyp for _, _, hyp in self._gather_records(usage.random_records)]
-        random_bleu = metrics.corpus_bleu(hyps, self.trainer.datamodule.references("test"),
-                                          tokenize=bleu_tokenizer(self.cfg.eval, self.cfg.data),
-                                          lowercase=self.cfg.eval.lowercase).score
-        return {"cxmi": blank - nll, "random_ctx/cxmi": other - nll,
+        blank, other = self.trainer.strategy.reduce(usage.nll, reduce_op="sum").tolist()
+        records, refs = self._gather_records(usage.random_records, "test")
+        random_bleu = self._bleu([hyp for _, _, hyp in records], refs).score
+        return {"cxmi": (blank - nll_sum) / tokens, "random_ctx/cxmi": (other - nll_sum) / tokens,
                 "random_ctx/bleu": random_bleu, "random_ctx/bleu_delta": random_bleu - test_bleu}
 
-    def _gather_records(self, own: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
-        """Every rank's (sent_index, doc_index, hypothesis) records, in sentence order."""
+    def _gather_records(self, own: list[tuple[int, int, str]],
+                        split: str) -> tuple[list[tuple[int, int, str]], list[str]]:
+        """Every rank's (sent_index, doc_index, hypothesis) records of `split`, in sentence order,
+        and the split's references, one per record."""
         records = [r for part in gather_objects(own) for r in part]
         unique = {sent: (sent, doc, hyp) for sent, doc, hyp in records}  # eval shards are disjoint
-        return [unique[k] for k in sorted(unique)]
+        refs = self.trainer.datamodule.references(split)
+        if len(unique) != len(refs):
+            raise RuntimeError(f"{split}: gathered {len(unique)} hypotheses for {len(refs)} references")
+        return [unique[k] for k in sorted(unique)], refs
+
+    def _bleu(self, hyps: list[str], refs: list[str]) -> Any:
+        """sacreBLEU's corpus BLEU with the run's tokenizer and case setting (`eval.lowercase`)."""
+        return metrics.corpus_bleu(hyps, refs, tokenize=bleu_tokenizer(self.cfg.eval, self.cfg.data),
+                                   lowercase=self.cfg.eval.lowercase)
 
     def _corpus_scores(self, prefix: str, split: str) -> dict[str, float]:
-        records = self._gather_records(self._eval_records)
-        refs = self.trainer.datamodule.references(split)
-        if len(records) != len(refs):
-            raise RuntimeError(f"{split}: gathered {len(records)} hypotheses for {len(refs)} references")
+        records, refs = self._gather_records(self._eval_records, split)
         hyps = [hyp for _, _, hyp in records]
         docs = [doc for _, doc, _ in records]
         ev, tokenize = self.cfg.eval, bleu_tokenizer(self.cfg.eval, self.cfg.data)
-        bleu = metrics.corpus_bleu(hyps, refs, tokenize=tokenize, lowercase=ev.lowercase)
+        bleu = self._bleu(hyps, refs)
         scores = {f"{prefix}/bleu": bleu.score}
         if prefix == "test":  # one case setting for every metric (eval.lowercase)
             chrf = metrics.corpus_chrf(hyps, refs, lowercase=ev.lowercase)
