@@ -42,7 +42,7 @@ model learns the sense items last, at a point that moves with the floating-point
 CPU: after 3,000 steps 99.3 / 100 % (seeds 1 / 2) on one machine type, but 92.7 % with sense at
 62.4 % (seed 1) on an AVX-512 Xeon; after 4,500 steps, which the test uses, 99.3 / 100 / 99.3 %
 (seeds 1 / 2 / 3, sense 96.5 / 100 / 98.8 %) there, and 100 % after 6,000. The whole file: about
-250 s of one CPU core.
+10 minutes of one CPU core (614 s of calls and set-ups in a fresh-clone suite on the Xeon).
 """
 
 from __future__ import annotations
