@@ -259,14 +259,14 @@ def antecedent_selection(run_dir: Path, stage: str) -> dict[str, float]:
 
 def test_co_attention_uses_its_context_and_a_selection_cost_makes_it_select_the_antecedent(
         workspace, sentence, ceiling):
-    """Li & Feng 2019 with 3 previous sentences, the paper's default. First the paper's objective:
-    the sentence Transformer; the co-attention alone on it, frozen, with every context token kept
-    (`warm_up`, reading L23, not in the paper); then cross-training (theta_s and theta_r phases of
-    COATTN_PHASE updates, the selector at a tenth of the lr, reading L18). It resolves the items
-    through the soft attention and its selector keeps every token (nothing in Eq. 29 asks it to
-    drop any, reading L19). Then that model trained on with a cost per kept token
-    (`rl.selection_cost`): the selector keeps few tokens, and the antecedent among them far above
-    its share of the context."""
+    """Li & Feng 2019 with 3 previous sentences, the paper's default. First the paper's objective
+    (Eq. 29, no selection cost): the sentence Transformer; the co-attention alone on it, frozen,
+    with every context token kept (`warm_up`, reading L23, not in the paper); then cross-training
+    (theta_s and theta_r phases of COATTN_PHASE updates, the selector at a tenth of the lr, reading
+    L18). It resolves the items through the soft attention and its selector keeps every token
+    (nothing in Eq. 29 asks it to drop any, reading L19). Then that model trained on with a cost
+    per kept token (`rl.selection_cost`): the selector keeps few tokens, and the antecedent among
+    them far above its share of the context."""
     warm_up = (f"warm_up: {{arch: lifeng_coattn, init_from: sent, continue_schedule: true, "
                f"max_steps: {COATTN_WARM_UP_STEPS}, model: {{selection: all}}, trainable: ['coattn.*']}}")
     coattn = (f"coattn: {{arch: lifeng_coattn, init_from: warm_up, continue_schedule: true, "
