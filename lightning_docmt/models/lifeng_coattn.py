@@ -59,7 +59,7 @@ from lightning_docmt.evaluation.scoring import target_log_probs
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.attention import MultiHeadAttention, key_mask
 from lightning_docmt.nn.context_sentences import pack_left, split_sentences
-from lightning_docmt.nn.gating import ContextGate
+from lightning_docmt.nn.gating import ContextGate, gate_stats
 from lightning_docmt.nn.hard_selection import HardSelector, Selection
 from lightning_docmt.nn.layers import FeedForward, LayerInputs
 from lightning_docmt.nn.residual import LAYER_NORM_EPS
@@ -253,7 +253,8 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
         state, gate = self.mixed_state(view, selection.z)
         hidden = self.decode_hidden(batch["tgt_in"], state)  # (B, T, D)
         loss_sum, nll_sum, tokens = output_loss(hidden, batch["tgt_out"])
-        stats = {**self.selection_stats(selection, view), **self.gate_stats(gate, view)}
+        # the gate over the current sentences' real positions; nothing selected counts as lambda 1 (L4)
+        stats = {**self.selection_stats(selection, view), **gate_stats([(gate, ~view.current_pad)])}
         return LossTerms(loss_sum, nll_sum, tokens, stats=stats)
 
     def reinforce_terms(self, batch: dict[str, Tensor]) -> LossTerms:
@@ -294,14 +295,3 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
         tokens = real.sum().clamp(min=1)
         return {"selection_rate": (selection.z.float() * real).sum() / tokens,
                 "policy_entropy": selection.entropy.sum() / tokens}
-
-    @staticmethod
-    def gate_stats(gate: Tensor, view: ContextView) -> dict[str, Tensor]:
-        """How open the gate (Eq. 27) is over the current sentences' real positions, a sentence with
-        nothing selected counting as lambda = 1 (reading L4): `gate_mean`, the mean lambda (1 keeps
-        H^cur alone), and `gate_shut`, the share of lambda entries above 0.99, where the sigmoid
-        passes almost no gradient."""
-        real = (~view.current_pad).unsqueeze(-1).expand_as(gate)  # (N, S, D)
-        entries = real.sum().clamp(min=1)
-        return {"gate_mean": (gate * real).sum() / entries,
-                "gate_shut": (gate.gt(0.99) & real).sum() / entries}

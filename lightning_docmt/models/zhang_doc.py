@@ -23,6 +23,12 @@ Readings (docs/papers/zhang2018.md section 8):
 - NOT IN PAPER, Z5: with gating off the LayerNorm after context attention is kept.
 - Z6: `context_layers` (N_c) defaults to 1, the paper's system, not the reference code's 6.
 - Z10: freezing theta_s does not switch its dropout off; nothing here depends on freezing.
+- NOT IN PAPER, Z11: `gate_hold` holds every gate's lambda at a constant (a warm-up stage that trains
+  the context read while the gate cannot shut; the gate weights stay frozen there, `GATE_GLOBS`).
+
+How open the gates are is logged per update (`train/gate_mean`, `train/gate_shut`, over the real
+positions of every gated sublayer, `nn/gating.gate_stats`): in step 2 a gate that shuts (lambda -> 1)
+passes no gradient to open again, the failure reading Z12 describes.
 
 Switches: a context-attention sublayer switched off does not exist (no parameters, not run). With
 both off nothing reads C^(Nc), so the context encoder is not built either and the model is the
@@ -55,10 +61,11 @@ from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.attention import AttentionMemory, key_mask
-from lightning_docmt.nn.gating import ContextGate
+from lightning_docmt.nn.gating import ContextGate, gate_stats
 from lightning_docmt.nn.layers import LayerInputs, TransformerLayer, TransformerStack, cross_attention_block
 from lightning_docmt.nn.residual import ResidualBlock
 from lightning_docmt.nn.seq2seq import EncoderState
+from lightning_docmt.nn.training_hooks import LossTerms, OutputLoss
 from lightning_docmt.registry import register_arch
 
 THETA_S_GLOBS = [
@@ -71,6 +78,9 @@ THETA_S_GLOBS = [
 
 THETA_D_GLOBS = ["context_encoder.*", "*.context_attn.*"]
 """fnmatch globs of theta_d: the context encoder and every context-attention sublayer (LN and gate included)."""
+
+GATE_GLOBS = ["*.context_attn.integrate.*"]
+"""fnmatch globs of the gate weights W_i, W_s (Eq. 22): frozen while `gate_hold` holds lambda (reading Z11)."""
 
 CONTEXT_MEMORY = "context"
 """The name under which context-attention sublayers find C^(Nc) in `LayerInputs.memories`."""
@@ -92,6 +102,7 @@ class ZhangDocConfig(TransformerConfig):
     context_layers: int = 1  # N_c (Table 2; reading Z6)
     context_attn: ContextAttnConfig = field(default_factory=ContextAttnConfig)
     context_gating: bool = True  # Table 9: true = Eqs. 21-22, false = residual (Eq. 20)
+    gate_hold: Optional[float] = None  # NOT IN PAPER, reading Z11: a constant lambda instead of Eq. 22
 
 
 @dataclass
@@ -114,7 +125,7 @@ class ZhangEncoderState(EncoderState):
 def context_attention_block(cfg: ZhangDocConfig) -> ResidualBlock:
     """Multi-head attention over C^(Nc) with the gate (Eqs. 21-22) or the residual (Eq. 20) as integration."""
     return cross_attention_block(cfg, memory=CONTEXT_MEMORY,
-                                 integrate=ContextGate(cfg.d_model) if cfg.context_gating else None)
+                                 integrate=ContextGate(cfg.d_model, cfg.gate_hold) if cfg.context_gating else None)
 
 
 @register_arch("zhang_doc", ZhangDocConfig)
@@ -133,6 +144,9 @@ class ZhangDocSeq2Seq(TransformerSeq2Seq):
         if cfg.context_layers < 1:
             raise DocMTInputError(f"the context encoder needs at least one layer, got {cfg.context_layers}",
                                   key="model.context_layers")
+        if cfg.gate_hold is not None and not (cfg.context_gating and 0.0 < cfg.gate_hold < 1.0):
+            raise DocMTInputError("must be a lambda strictly between 0 and 1, with model.context_gating "
+                                  f"on (got {cfg.gate_hold})", key="model.gate_hold")
         if cfg.context_attn.encoder:
             for layer in self.encoder.layers:
                 layer.insert("context_attn", context_attention_block(cfg), before="ffn")  # Eq. 12
@@ -176,3 +190,17 @@ class ZhangDocSeq2Seq(TransformerSeq2Seq):
         memory = self.encoder(self.src_embed(tokens), inputs)
         return ZhangEncoderState(memory=memory, memory_pad=pad, context=context)
 
+
+    def loss_terms(self, batch: dict[str, Tensor], output_loss: OutputLoss,
+                   phase: str | None = None) -> LossTerms:
+        """Teacher-forced cross entropy, with the gates' openness (`gate_mean`, `gate_shut`) as stats."""
+        state = self.encode(batch)
+        hidden = self.decode_hidden(batch["tgt_in"], state)  # (B, T, D)
+        stats = gate_stats(self.gate_openings(state.memory_pad, batch["tgt_in"].eq(PAD_ID)))
+        return LossTerms(*output_loss(hidden, batch["tgt_out"]), stats=stats)
+
+    def gate_openings(self, src_pad: Tensor, tgt_pad: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """(lambda, real positions) of every gate's last forward pass: encoder gates over the source
+        (B, S), decoder gates over the target (B, T)."""
+        return [(gate.last_gate, ~pad) for stack, pad in ((self.encoder, src_pad), (self.decoder, tgt_pad))
+                for gate in stack.modules() if isinstance(gate, ContextGate) and gate.last_gate is not None]

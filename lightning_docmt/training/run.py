@@ -32,6 +32,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging, check_average_config
+from lightning_docmt.callbacks.lr_record import LearningRateRecord
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing, matches
 from lightning_docmt.checkpoints import load_state, read_checkpoint
 from lightning_docmt.config import composition as config_lib
@@ -49,6 +50,7 @@ from lightning_docmt.training.model_hooks import check_training_hooks
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.registry import get_arch, model_config
 from lightning_docmt.config.schema import ContextConfig, RunConfig, inert_keys
+from lightning_docmt.training.schedules import CONTINUATION_FLOOR, NEEDS_TOTAL, continuation_summary
 from lightning_docmt.training.speed import train_speed_metrics
 from lightning_docmt.training.update_size import update_size
 from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric, resolve_precision
@@ -253,6 +255,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
     best, best_score = checkpointer.best_model_path or checkpointer.last_model_path, checkpointer.best_model_score
     averaging = next((c for c in trainer.callbacks if isinstance(c, CheckpointAveraging)), None)
+    lr_record = next(c for c in trainer.callbacks if isinstance(c, LearningRateRecord))
     if averaging is not None and averaging.snapshots:  # the averaged model is the stage's
         result = averaging.average_and_validate(trainer, module)
         best, best_score = averaging.checkpoint_path, result["validation"].get(monitor_metric(scfg)[0])
@@ -269,7 +272,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
                 "best": str(best), "stage": name, "seconds": round(time.time() - started, 1),
                 "best_score": _scalar(best_score),
                 "validation": validation_curve(stage_dir, monitor_metric(scfg)[0]),
-                "update": size.record()}
+                "update": size.record(), "lr": lr_record.records}
         done.write_text(json.dumps(info, indent=1) + "\n")
     trainer.strategy.barrier()
     info = json.loads(done.read_text())  # every rank: what rank zero recorded
@@ -286,6 +289,7 @@ def check_stages(cfg: DictConfig) -> None:
     without loading it).
     """
     check_average_config(cfg.train.average.checkpoints, cfg.train.average.rule)
+    stages: dict[str, tuple[DictConfig, list[str]]] = {}
     for name in cfg.train.schedule:
         scfg = stage_config(cfg, name)
         if scfg.data.max_documents < 1:
@@ -299,6 +303,45 @@ def check_stages(cfg: DictConfig) -> None:
         check_training_hooks(model_class, phases, scfg, name, names)
         check_pretrained_lr_scale(scfg, name, phases)
         update_size(scfg, world_size=1)  # conflicting settings; the world size is checked at build
+        check_continuation(scfg, name, names, stages.get(scfg.train.stages[name].init_from))
+        stages[name] = (scfg, names)
+
+
+def stage_steps(scfg: DictConfig, name: str) -> int:
+    """The updates a stage is set to train (its `max_steps`, else `train.max_steps`)."""
+    own = scfg.train.stages[name].max_steps
+    return int(own if own > 0 else scfg.train.max_steps)
+
+
+def check_continuation(scfg: DictConfig, name: str, names: list[str],
+                       parent: tuple[DictConfig, list[str]] | None) -> None:
+    """A stage with `continue_schedule` trains at what is left of its parent's schedule (trap T15):
+    refused when it trains parameters its parent stage lacks and the schedule decays to 0 from
+    below `schedules.CONTINUATION_FLOOR` of its peak at the stage's first update; otherwise the
+    first and last lr and the summed lr are printed. The parent's step is taken as its `max_steps`
+    (the stage hands on its best checkpoint, which is at most that far)."""
+    stage = scfg.train.stages[name]
+    if not stage.continue_schedule or parent is None:
+        return
+    parent_cfg, parent_names = parent
+    parent_name = stage.init_from
+    optim = scfg.train.optim
+    lr = stage.lr if stage.lr is not None else optim.lr
+    steps, offset = stage_steps(scfg, name), stage_steps(parent_cfg, parent_name)
+    if steps <= 0 or offset <= 0:
+        return  # bounded by epochs or time: the length is not known before training
+    lrs = continuation_summary(schedule=optim.schedule, lr=lr, warmup=optim.warmup_steps,
+                               d_model=scfg.model.d_model, step_offset=offset, stage_steps=steps)
+    new = [n for n in set(names) - set(parent_names) if matches(n, stage.trainable)]
+    numbers = (f"continuing the '{optim.schedule}' schedule after {offset} updates of stage "
+               f"'{parent_name}', its {steps} updates train at lr {lrs['first']:.3g} -> {lrs['last']:.3g} "
+               f"({lrs['first'] / lrs['peak']:.2f} of the peak {lrs['peak']:.3g}), summed lr {lrs['sum']:.3g}")
+    if new and optim.schedule in NEEDS_TOTAL and lrs["first"] < CONTINUATION_FLOOR * lrs["peak"]:
+        raise DocMTInputError(
+            f"{numbers}: too little for the {len(new)} new parameter tensors it trains; give the stage a "
+            f"schedule of its own (continue_schedule: false, optim.warmup_steps below max_steps; trap T15)",
+            key=f"train.stages.{name}.continue_schedule")
+    progress(f"stage '{name}': {numbers}")
 
 
 def validation_curve(stage_dir: Path, metric: str) -> list[list[float]]:
@@ -368,7 +411,8 @@ def run_validation_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     `val/bleu` (or `val/loss`: the monitored metric) of the checkpoint the stage hands on, and
     `<metric>@<step>` for every validation of the stage (neither when it never validated); with
     `eval.contrastive: [corpus]`, that checkpoint's accuracies on the valid split's suite as
-    `val/contrastive/...` (`evaluation/contrastive.py`)."""
+    `val/contrastive/...` (`evaluation/contrastive.py`); with `eval.context_usage`, its CXMI and
+    random-context CXMI on valid (`val/cxmi`, `val/random_ctx/cxmi`; `evaluation/context_usage.py`)."""
     check_stages(cfg)
     suites = configured_suites(cfg, "valid")  # before training: a test suite here is an error
     final = train_stages(cfg, Path(run_dir), resume=True)[cfg.train.schedule[-1]]
@@ -378,10 +422,18 @@ def run_validation_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     if info["best_score"] is not None:  # None: the stage never validated and hands on its last step
         scores[metric] = info["best_score"]
     scores.update({f"{metric}@{step}": value for step, value in info.get("validation", [])})
-    if suites and is_global_zero():
+    usage = cfg.eval.context_usage and not get_arch(cfg.model.arch).model_class.carries_state
+    if (suites or usage) and is_global_zero():
         on_gpu = resolved_device(cfg.trainer.accelerator) != "cpu"
         model = load_checkpoint(final.checkpoint, "cuda" if on_gpu else "cpu")
         scores.update({f"val/{k}": v for k, v in suite_metrics(model, suites).items()})
+        if usage:  # teacher-forced only: nothing is decoded again
+            datamodule = DocumentWindowDataModule(model.cfg.data, model.cfg.vocab, model.cfg.context)
+            datamodule.prepare_data()
+            datamodule.setup("validate")
+            usage_scores = context_usage_metrics(model, datamodule.split("valid"), datamodule.references("valid"),
+                                                 bleu_tokenizer(cfg.eval, cfg.data), None)
+            scores.update({f"val/{k}": v for k, v in usage_scores.items()})
     return scores
 
 

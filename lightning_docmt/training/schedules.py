@@ -10,10 +10,17 @@
   run ends; the `cpu` profile's comments compare the two (its test BLEU favoured the inverse sqrt).
 - `constant`: lr(t) = lr
 
-t counts optimizer updates from 1. `step_offset` continues a schedule from an earlier stage (Zhang's
-step 2 starts at the last step of step 1, reading Z9 in docs/papers/zhang2018.md). T (`total_steps`) is the
-offset plus the stage's own updates, so a stage that continues a decaying schedule decays to 0 at its
-own last update, from the value the line from the peak at `warmup` to 0 at T has at its first update.
+t counts optimizer updates from 1. `step_offset` continues a schedule from an earlier stage (reading Z9
+in docs/papers/zhang2018.md). T (`total_steps`) is the offset plus the stage's own updates, so a stage
+that continues a decaying schedule decays to 0 at its own last update, from the value the line from
+the peak at `warmup` to 0 at T has at its first update.
+
+A stage that continues a schedule trains at what is left of it (trap T15 in docs/traps.md): 300
+updates after the `cpu` profile's 1,800 start at 0.19 of the linear decay's peak and average 0.09 of
+it. `training/run.check_stages` refuses a stage that trains new parameters and continues a schedule
+that decays to 0 (`NEEDS_TOTAL`) from below `CONTINUATION_FLOOR` of its peak, and prints the numbers
+of every other continuation (the inverse square root of the papers' recipes, reading Z9, never
+reaches 0).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from typing import Callable
 
 SCHEDULES = ("inverse_sqrt", "linear_warmup_inverse_sqrt", "linear_warmup_linear_decay", "constant")
 NEEDS_TOTAL = ("linear_warmup_linear_decay",)  # schedules that need the last update T
+CONTINUATION_FLOOR = 0.5  # the least first-update lr, as a share of the peak, at which a stage that
+# trains new parameters may continue a schedule that decays to 0 (it then averages a quarter of the peak)
 
 
 def lr_at(step: int, *, schedule: str, lr: float, warmup: int, d_model: int,
@@ -52,3 +61,27 @@ def lr_lambda(*, schedule: str, lr: float, warmup: int, d_model: int, step_offse
           total_steps=total)  # fail now, not at the first update: an unknown schedule or unusable length
     return lambda done: lr_at(done + 1 + step_offset, schedule=schedule, lr=lr, warmup=warmup,
                               d_model=d_model, total_steps=total)
+
+
+def peak_lr(*, schedule: str, lr: float, warmup: int, d_model: int) -> float:
+    """The largest lr of a schedule (at the end of its warm-up)."""
+    if schedule == "inverse_sqrt":
+        return lr * d_model ** -0.5 * max(warmup, 1) ** -0.5
+    return lr
+
+
+def stage_lrs(*, schedule: str, lr: float, warmup: int, d_model: int, step_offset: int,
+              stage_steps: int) -> list[float]:
+    """The lr of each of a stage's `stage_steps` updates, continuing from `step_offset`."""
+    total = step_offset + stage_steps
+    return [lr_at(step_offset + t, schedule=schedule, lr=lr, warmup=warmup, d_model=d_model,
+                  total_steps=total) for t in range(1, stage_steps + 1)]
+
+
+def continuation_summary(*, schedule: str, lr: float, warmup: int, d_model: int, step_offset: int,
+                         stage_steps: int) -> dict[str, float]:
+    """A continued stage's lr at its first and last update, its summed lr and the schedule's peak."""
+    lrs = stage_lrs(schedule=schedule, lr=lr, warmup=warmup, d_model=d_model, step_offset=step_offset,
+                    stage_steps=stage_steps)
+    return {"first": lrs[0], "last": lrs[-1], "sum": sum(lrs),
+            "peak": peak_lr(schedule=schedule, lr=lr, warmup=warmup, d_model=d_model)}

@@ -8,7 +8,8 @@ optimizer phases trains with manual optimisation, where Lightning refuses `gradi
 `DocMTModule` then clips by `train.optim.clip_norm` itself, with the same semantics (the 2-norm
 over the parameters that the update steps).
 
-A training trainer gets the stage's `StagedUnfreezing` (its freezing policy) and, with
+A training trainer gets a `LearningRateRecord` (the lr each update applied, for the stage's
+`done.json`), the stage's `StagedUnfreezing` (its freezing policy) and, with
 `train.average.checkpoints` > 0, a `CheckpointAveraging` writing `<stage dir>/averaging/`. DDP keeps
 its defaults (`find_unused_parameters=False`, no `static_graph`): frozen parameters are frozen
 before the model is wrapped (see `callbacks/staged_unfreezing.py`). The exception is a model with
@@ -30,6 +31,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging
+from lightning_docmt.callbacks.lr_record import LearningRateRecord
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
@@ -141,7 +143,7 @@ def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_te
             callbacks.append(ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename=RESUME_NAME,
                                              every_n_train_steps=train.checkpoint_every_steps,
                                              save_top_k=1, enable_version_counter=False))
-        callbacks.append(LearningRateMonitor(logging_interval="step"))
+        callbacks += [LearningRateMonitor(logging_interval="step"), LearningRateRecord()]
         if stage is not None:
             callbacks.append(StagedUnfreezing.from_stage(stage_name, stage))
         if train.average.checkpoints > 0:
