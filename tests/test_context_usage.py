@@ -16,14 +16,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from lightning_docmt.data.batch import EOS_ID
 from lightning_docmt.data.collate import collate, row_lengths
-from lightning_docmt.data.context_anchors import no_context, own_context, random_context
+from lightning_docmt.data.context_anchors import document_groups, no_context, own_context, random_context
 from lightning_docmt.data.vocab import WordVocab
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS, context_usage_metrics
 from lightning_docmt.evaluation.contrastive import score_suite
+from lightning_docmt.inference.own_outputs import OutputTokens, WithContextTargets
 from lightning_docmt.inference.translate import LoadedModel, binarize_documents
 from lightning_docmt.training.module import DocMTModule
 from tests.corpus_fixtures import WORDS, random_documents
@@ -63,8 +65,28 @@ def test_random_context_is_seeded():
 
 def test_random_context_needs_another_document():
     assert (random_context(np.array([0, 1]), 1, 0, seed=1).anchor == [0]).all()  # nothing to replace
-    with pytest.raises(ValueError, match="no sentence of another document"):
+    with pytest.raises(ValueError, match="no sentence of another collection"):
         random_context(np.array([0, 5]), prev_size=1, next_size=0, seed=1)
+
+
+def test_bible_chapters_group_by_book_and_other_documents_stand_alone():
+    assert document_groups(["Acts.1", "Acts.2", "1 Corinthians.1", "Acts.3"]).tolist() == [0, 0, 1, 0]
+    assert document_groups(["talk.7", "1801", "maruf-2"]).tolist() == [0, 1, 2]  # not every id a chapter
+    assert document_groups(["syn-test-000001", "syn-test-000002"]).tolist() == [0, 1]
+
+
+def test_random_context_comes_from_another_collection():
+    """Five documents in two collections (0, 0, 1, 1, 0): every sentence with context reads one
+    of the other collection, never another document of its own, whatever the seed."""
+    groups = np.array([0, 0, 1, 1, 0])
+    doc = np.searchsorted(DOC_OFFSETS, np.arange(18), side="right") - 1
+    for seed in range(200):
+        anchors = random_context(DOC_OFFSETS, prev_size=1, next_size=0, seed=seed, groups=groups)
+        anchor_doc = np.searchsorted(DOC_OFFSETS, anchors.anchor, side="right") - 1
+        has_context = np.arange(18) != DOC_OFFSETS[doc]  # not a document's first sentence
+        assert (groups[anchor_doc[has_context]] != groups[doc[has_context]]).all(), seed
+    with pytest.raises(ValueError, match="another collection"):
+        random_context(DOC_OFFSETS, 1, 0, seed=1, groups=np.zeros(5, dtype=np.int64))
 
 
 DOCUMENTS = random_documents(12, seed=4, max_sentences=5)
@@ -112,7 +134,7 @@ def loaded_model(tmp_path: Path, *overrides: str) -> LoadedModel:
 
 
 def usage(model: LoadedModel, split) -> dict[str, float]:
-    return context_usage_metrics(model, split, REFERENCES, "13a", test_bleu=None)
+    return context_usage_metrics(model, split, REFERENCES, "13a", decode=False)
 
 
 def test_cxmi_is_exactly_zero_for_models_that_cannot_use_their_context(tmp_path, split):
@@ -135,12 +157,79 @@ def test_cxmi_of_a_context_model_differs_from_zero_except_on_first_sentences(tmp
     assert scores["cxmi"] == pytest.approx(rest_share * scores["cxmi/rest"], rel=1e-9)
 
 
-def test_random_context_bleu_is_decoded_for_a_context_model(tmp_path, split):
+DECODED = {"random_ctx/bleu", "random_ctx/bleu_delta", "random_ctx/bleu_floor"}
+
+
+def recording_decodes(monkeypatch, model: LoadedModel) -> list[dict]:
+    """Record every batch the model decodes: its context tensor and whether autocast was on."""
+    calls: list[dict] = []
+    translate = model.module.translate_batch
+
+    def record(batch, beam, len_penalty=None):
+        calls.append({"index": batch["sent_index"].tolist(), "ctx_src": batch["ctx_src"].clone(),
+                      "autocast": torch.is_autocast_enabled("cpu")})
+        return translate(batch, beam, len_penalty)
+
+    monkeypatch.setattr(model.module, "translate_batch", record)
+    return calls
+
+
+def test_random_context_bleu_decodes_real_and_random_context_in_one_path(tmp_path, split, monkeypatch):
+    """Three decodes of every sentence: the real context and the random one in the same batches,
+    the real one again in other batches (the floor); the random pass reads other contexts."""
     model = loaded_model(tmp_path, "model.arch=zhang_doc", "context.prev_sentences=2")
-    scores = context_usage_metrics(model, split, REFERENCES, "13a", test_bleu=50.0)
-    assert scores["random_ctx/bleu_delta"] == pytest.approx(scores["random_ctx/bleu"] - 50.0)
-    assert scores["random_ctx/bleu"] < 50.0  # an untrained model is nowhere near 50 BLEU
-    assert set(scores) == set(METRIC_MEANINGS)  # every score is explained under the tables
+    calls = recording_decodes(monkeypatch, model)
+    scores = context_usage_metrics(model, split, REFERENCES, "13a", decode=True)
+    assert DECODED <= set(scores) <= set(METRIC_MEANINGS)  # every score is explained under the tables
+    order = [c["index"] for c in calls]
+    count = sum(len(i) for i in order)
+    assert count == 3 * split.n_sentences
+    real, rest = calls[:len(calls) // 3], calls[len(calls) // 3:]
+    batches = [c["index"] for c in real]
+    random = rest[:len(real)]
+    assert [c["index"] for c in random] == batches  # the same batches for the real and the random context
+    changed = sum(not torch.equal(a["ctx_src"], b["ctx_src"]) for a, b in zip(real, random))
+    assert changed == len(real)  # every batch holds a sentence with context: it reads another
+    assert not any(c["autocast"] for c in calls)  # the default precision: float32
+
+
+def test_random_context_bleu_runs_under_the_test_loops_precision(tmp_path, split, monkeypatch):
+    model = loaded_model(tmp_path, "model.arch=zhang_doc", "context.prev_sentences=2")
+    calls = recording_decodes(monkeypatch, model)
+    context_usage_metrics(model, split, REFERENCES, "13a", decode=True, precision="bf16-mixed")
+    assert calls and all(c["autocast"] for c in calls)
+
+
+def test_a_model_blind_to_its_context_loses_exactly_nothing_with_another_one(tmp_path, split):
+    """Same batches, same precision: a model whose context attention is off decodes the same
+    hypotheses whatever the context (before, test BLEU in bf16 against a float32 control decode
+    moved such rows by up to 0.24 BLEU); its CXMI is 0 too."""
+    model = loaded_model(tmp_path, "model.arch=zhang_doc", "context.prev_sentences=2",
+                         "model.context_attn.encoder=false", "model.context_attn.decoder=false")
+    scores = context_usage_metrics(model, split, REFERENCES, "13a", decode=True, precision="bf16-mixed")
+    assert scores["random_ctx/bleu_delta"] == 0.0 and scores["cxmi"] == 0.0, scores
+
+
+def test_target_context_is_cut_from_the_models_own_translations(tmp_path, split):
+    """`WithContextTargets`: the target side stays the references, `ctx_tgt` comes from the
+    outputs; CXMI with them differs from the CXMI with the references (`cxmi/gold_context`)."""
+    settings = ("model.arch=yk_rnn", "model.context=separated", "context.side=target", "context.prev_sentences=1")
+    spec = LoadedModel(None, tiny_config(tmp_path, *settings), VOCAB, VOCAB).window
+    token = VOCAB.encode("DOG")[0]
+    outputs = OutputTokens(split.n_sentences)
+    for i in range(split.n_sentences):
+        outputs.record(i, [token] * (i % 3 + 1))
+    read = WithContextTargets(split, outputs)
+    index = np.arange(split.n_sentences)
+    own, gold = collate(read, index, spec), collate(split, index, spec)
+    assert torch.equal(own["tgt_out"], gold["tgt_out"]) and not torch.equal(own["ctx_tgt"], gold["ctx_tgt"])
+    second = int(split.doc_offsets[0]) + 1  # the second sentence of document 0 reads the first's output
+    assert own["ctx_tgt"][second, :1].tolist() == [token]
+    assert (row_lengths(read, spec, index)[2] == own["ctx_tgt"].ne(0).sum(1).numpy()).all()
+    model = loaded_model(tmp_path, *settings)
+    scores = context_usage_metrics(model, split, REFERENCES, "13a", decode=False, own_targets=outputs)
+    assert scores["cxmi"] != scores["cxmi/gold_context"]
+    assert scores["cxmi/gold_context"] == usage(model, split)["cxmi"]
 
 
 def test_a_suite_line_with_source_context_only_is_scored_by_a_model_reading_both_sides(tmp_path):

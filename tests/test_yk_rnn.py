@@ -538,18 +538,27 @@ def test_a_shared_models_context_usage_is_scored_by_its_document_order_test_loop
         metrics["random_ctx/bleu"] - metrics["test/bleu"], abs=1e-5)
     assert without_control["test/bleu"] == metrics["test/bleu"]  # the control changed no real output
     assert "random_ctx/bleu" not in without_control
+    assert 0.0 < metrics["random_ctx/other_collection"] <= 1.0  # synthetic documents: each its own
 
 
-def test_the_random_context_control_of_a_carried_state_reads_another_rows_state():
+def test_the_random_context_control_of_a_carried_state_reads_another_collections_state():
+    """Documents 0 and 1 are one collection (two chapters of one book), 2 and 3 another: each row
+    reads the nearest later row of the other collection; a batch of one collection falls back to
+    the next row (and says so); a batch of one row gets the initial state."""
     from lightning_docmt.training.carried_context import other_documents
 
     initial = {"h": torch.zeros(1, 2)}
     model = SimpleNamespace(initial_carry=lambda batch: initial)
-    carried = {"h": torch.arange(6.0).reshape(3, 2)}
-    rotated = other_documents(model, {"src": torch.ones(3, 4), CARRY_KEY: carried})
-    assert torch.equal(rotated["h"], carried["h"][[1, 2, 0]])
-    alone = other_documents(model, {"src": torch.ones(1, 4), CARRY_KEY: {"h": torch.ones(1, 2)}})
-    assert alone is initial  # no other document in the batch: no context
+    carried = {"h": torch.arange(8.0).reshape(4, 2)}
+    groups = torch.tensor([0, 0, 1, 1])
+    batch = {"src": torch.ones(4, 3), "doc_index": torch.tensor([0, 1, 2, 3]), CARRY_KEY: carried}
+    other, other_collection = other_documents(model, batch, groups)
+    assert torch.equal(other["h"], carried["h"][[2, 2, 0, 0]]) and other_collection.all()
+    one_book = {"src": torch.ones(2, 3), "doc_index": torch.tensor([2, 3]), CARRY_KEY: {"h": carried["h"][2:]}}
+    other, other_collection = other_documents(model, one_book, groups)
+    assert torch.equal(other["h"], carried["h"][[3, 2]]) and not other_collection.any()
+    alone = {"src": torch.ones(1, 3), "doc_index": torch.tensor([1]), CARRY_KEY: {"h": torch.ones(1, 2)}}
+    assert other_documents(model, alone, groups)[0] is initial  # no other document in the batch: no context
 
 
 def test_a_shared_models_checkpoint_loads_safely_and_resumes_its_carried_state(tmp_path):

@@ -18,7 +18,7 @@ from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq
 from lightning_docmt.models.zhang_doc import (THETA_D_GLOBS, THETA_S_GLOBS, ContextAttnConfig, ZhangDocConfig,
                                               ZhangDocSeq2Seq, ZhangEncoderState)
 from lightning_docmt.nn.attention import AttentionMemory
-from lightning_docmt.nn.gating import ContextGate
+from lightning_docmt.nn.gating import ContextGate, gate_stats
 from lightning_docmt.nn.layers import LayerInputs
 from lightning_docmt.nn.residual import LAYER_NORM_EPS, Residual
 from tests.test_transformer import SIZES, VOCAB, random_batch
@@ -78,6 +78,43 @@ def test_context_gate_on_a_hand_example():
     got = gate(torch.tensor([[h]]), torch.tensor([[u]]))
     assert got.flatten().tolist() == pytest.approx(expected, abs=1e-6)
     assert [name for name, _ in gate.named_parameters()] == ["input_proj.weight", "context_proj.weight"]
+
+
+def test_a_held_gate_mixes_with_its_constant_and_records_what_it_used():
+    """Reading Z11: lambda is the constant, whatever W_i and W_s say; `last_gate` keeps it."""
+    gate = ContextGate(2, hold=0.25)
+    h, u = torch.tensor([[[1.0, -2.0]]]), torch.tensor([[[3.0, 0.5]]])
+    assert gate(h, u).flatten().tolist() == pytest.approx([0.25 * 1.0 + 0.75 * 3.0, 0.25 * -2.0 + 0.75 * 0.5])
+    assert gate.last_gate.flatten().tolist() == [0.25, 0.25]
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        ContextGate(2, hold=1.0)
+
+
+def test_gate_stats_count_real_positions_only():
+    """Padding is left out: two real entries (0.5, 1.0) and two padded ones (0.0): mean 0.75,
+    half of them shut (above 0.99)."""
+    gate = torch.tensor([[[0.5], [1.0], [0.0], [0.0]]])  # (1, 4, 1)
+    real = torch.tensor([[True, True, False, False]])
+    stats = gate_stats([(gate, real)])
+    assert stats["gate_mean"].item() == pytest.approx(0.75) and stats["gate_shut"].item() == pytest.approx(0.5)
+    assert gate_stats([]) == {}
+
+
+def test_the_loss_reports_how_open_every_gate_was():
+    """`gate_mean` and `gate_shut` over every encoder and decoder gate's real positions; a held
+    gate reports its constant; the residual variant has no gate to report."""
+    batch = doc_batch()
+    model = zhang_model()
+    loss = lambda hidden, target: (hidden.sum(), hidden.sum(), target.ne(PAD_ID).sum())  # noqa: E731
+    stats = model.loss_terms(batch, loss).stats
+    opened = model.gate_openings(batch["src"].eq(PAD_ID), batch["tgt_in"].eq(PAD_ID))
+    assert len(opened) == 2 * LAYERS and 0.0 < stats["gate_mean"].item() < 1.0
+    assert stats["gate_mean"].item() == pytest.approx(gate_stats(opened)["gate_mean"].item())
+    held = zhang_model(gate_hold=0.3).loss_terms(batch, loss).stats
+    assert held["gate_mean"].item() == pytest.approx(0.3) and held["gate_shut"].item() == 0.0
+    assert zhang_model(gating=False).loss_terms(batch, loss).stats == {}
+    with pytest.raises(DocMTInputError, match="model.gate_hold"):
+        zhang_model(gating=False, gate_hold=0.5)
 
 
 def context_inputs(context: Tensor) -> LayerInputs:

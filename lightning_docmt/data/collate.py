@@ -31,6 +31,14 @@ def pad(rows: Sequence[np.ndarray], value: int = PAD_ID) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
+def context_tokens(split: BinarizedSplit, side: str):
+    """The token array a context side is cut from: the split's `context_<side>` where it has one
+    (the model's own translations as the target-side context of reference targets,
+    `inference/own_outputs.WithContextTargets`), else the side itself."""
+    own = getattr(split, f"context_{side}", None)
+    return getattr(split, side) if own is None else own
+
+
 def external_context(split: BinarizedSplit, index: np.ndarray, doc_start: np.ndarray,
                      doc_end: np.ndarray, window: ExternalWindow
                      ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,7 +73,7 @@ def collate(split: BinarizedSplit, indices: Sequence[int], spec: WindowSpec,
         "pos_in_doc": torch.from_numpy(index - doc_start),
     }
     for key, (side, direction, size) in spec.sides().items():
-        tokens = getattr(split, side)
+        tokens = context_tokens(split, side)
         windows = [context_window(tokens.ids, tokens.offsets, int(i), int(s), int(e), direction,
                                   size, spec.max_tokens, spec.separator)
                    for i, s, e in zip(ctx_anchor, ctx_start, ctx_end)]
@@ -97,7 +105,7 @@ def row_lengths(split: BinarizedSplit, spec: WindowSpec, index: np.ndarray,
         out[0, c:c + chunk] = split.src.offsets[i + 1] - split.src.offsets[i] + 1
         out[1, c:c + chunk] = split.tgt.offsets[i + 1] - split.tgt.offsets[i] + 1
         for r, (side, direction, size) in enumerate(sides, start=2):
-            out[r, c:c + chunk] = context_lengths(getattr(split, side).offsets, *ctx, direction,
+            out[r, c:c + chunk] = context_lengths(context_tokens(split, side).offsets, *ctx, direction,
                                                   size, spec.max_tokens, spec.separator)
         if external is not None:
             out[-1, c:c + chunk] = external.lengths(split.ext.offsets, *ctx)

@@ -16,22 +16,31 @@ split, with the context swapped by `data/context_anchors.py` and everything else
   Flat-Transformer, does have context there, and its `cxmi/first` is not 0) and for the others
   (`cxmi/rest`). A model that ignores its context gets exactly 0; the paper's
   estimate compares two models, this one the model with itself (their "CXMI of a single model").
-- **Random-context control**: every sentence reads the context of a sentence of another document,
-  with as many context sentences (seeded). `random_ctx/cxmi` is the same difference of
-  log-probabilities against random instead of empty context (how much better the real context is
-  than an irrelevant one), `random_ctx/bleu` the test BLEU decoded with the random context and
-  `random_ctx/bleu_delta` = `random_ctx/bleu` - `test/bleu`: a model that uses its context loses
-  BLEU; one whose gain comes from elsewhere does not.
+- **Random-context control**: every sentence reads the context of a sentence of a document of
+  another collection (another book of the Bible: another chapter of the same book shares names and
+  story, trap T16), with as many context sentences (seeded, `data/context_anchors.py`).
+  `random_ctx/cxmi` is the same difference of log-probabilities against random instead of empty
+  context (how much better the real context is than an irrelevant one). `random_ctx/bleu` is the
+  test BLEU decoded with the random context, and `random_ctx/bleu_delta` its difference to the real
+  context decoded in the same path: same precision, same batches, same beam (trap T17: a delta
+  between two precisions measures the precision). A model that uses its context loses BLEU; one
+  whose gain comes from elsewhere does not. `random_ctx/bleu_floor`, the real context decoded
+  again in batches of half the budget minus the real decode, is the control's own noise floor.
+- **Target-side context** is read as the test BLEU reads it: the model's own translations of the
+  previous sentences (its test loop's, in document order), not the references, for the CXMI and
+  the random control alike; `cxmi/gold_context` is the CXMI with the reference previous sentences.
 
-Scores are in nats per target token (the final `<eos>` included), on the test split in the order
-of `sent_index`. Models that carry a state from sentence to sentence are scored only in document
-order, which these passes do not do: they are refused (`check_sentence_by_sentence`).
+Every pass runs under the autocast of the test loop's precision (`inference/device.autocast_for`).
+Scores are in nats per target token (the final `<eos>` included), in the order of `sent_index`.
+Models that carry a state from sentence to sentence are scored only in document order, which these
+passes do not do: they are refused (`check_sentence_by_sentence`); their test loop scores them
+(`training/carried_context.py`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -39,12 +48,14 @@ import torch
 from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.data.cache import BinarizedSplit
 from lightning_docmt.data.collate import collate, row_lengths
-from lightning_docmt.data.context_anchors import (RANDOM_CONTEXT_SEED, ContextAnchors, no_context,
-                                                  own_context, random_context)
+from lightning_docmt.data.context_anchors import (RANDOM_CONTEXT_SEED, ContextAnchors, document_groups,
+                                                  no_context, own_context, random_context)
 from lightning_docmt.evaluation import metrics
 from lightning_docmt.data.sampler import TokenBudgetBatchSampler
 from lightning_docmt.evaluation.scoring import token_log_probs
-from lightning_docmt.inference.translate import LoadedModel, batches, check_sentence_by_sentence
+from lightning_docmt.inference.device import autocast_for
+from lightning_docmt.inference.own_outputs import OutputTokens, WithContextTargets
+from lightning_docmt.inference.translate import LoadedModel, check_sentence_by_sentence, collated
 
 # What each score means, printed under every table that shows it (tables/report.py), so that no
 # column is read the wrong way round: `random_ctx/cxmi` is not "the CXMI of random context".
@@ -53,12 +64,19 @@ METRIC_MEANINGS = {
             "(nats per target token, the same model); 0 for a model that reads no context",
     "cxmi/first": "`cxmi` over the first sentences of documents (0 unless the model reads next sentences)",
     "cxmi/rest": "`cxmi` over the other sentences",
-    "random_ctx/cxmi": "how much more likely the references are with the real context than with another "
-                       "document's: near 0 when the model reads only that there is context, near `cxmi` "
+    "random_ctx/cxmi": "how much more likely the references are with the real context than with a "
+                       "document of another collection's: near 0 when the model reads only that there is context, near `cxmi` "
                        "or above when it reads what its own context says",
-    "random_ctx/bleu": "test BLEU decoded with another document's context",
-    "random_ctx/bleu_delta": "`random_ctx/bleu` - `test/bleu`: below 0 when the row's BLEU depends on "
-                             "what its own context says",
+    "random_ctx/bleu": "test BLEU decoded with the context of a document of another collection (book)",
+    "random_ctx/bleu_delta": "`random_ctx/bleu` minus the real context's BLEU decoded in the same path "
+                             "(precision, batches, beam): below 0 when the row's BLEU depends on what "
+                             "its own context says",
+    "random_ctx/bleu_floor": "the real context decoded again in other batches minus the real decode: the "
+                             "control's noise floor, a `random_ctx/bleu_delta` within it is noise",
+    "random_ctx/other_collection": "the share of rows whose control state came from another collection "
+                                   "(a model carrying a state: its test batch may hold one collection only)",
+    "cxmi/gold_context": "`cxmi` with the reference previous target sentences as context instead of the "
+                         "model's own translations (target-side context only)",
 }
 
 
@@ -101,13 +119,13 @@ def per_token_gain(real: SentenceLogProbs, other: SentenceLogProbs, rows: np.nda
 
 
 def decode_bleu(model: LoadedModel, split: BinarizedSplit, anchors: ContextAnchors,
-                references: list[str], tokenize: str) -> float:
-    """Test BLEU of beam search (`decode.*`) with the context of `anchors`."""
+                references: list[str], tokenize: str, sampler: Iterable[Sequence[int]]) -> float:
+    """Test BLEU of beam search (`decode.*`) with the context of `anchors`, in the batches of
+    `sampler` (index lists)."""
     cfg = model.cfg
     hyps = [""] * split.n_sentences
     with torch.no_grad():
-        for batch in batches(split, np.arange(split.n_sentences), model.window,
-                             cfg.decode.batch_max_tokens, model.device, anchors):
+        for batch in collated(split, sampler, model.window, model.device, anchors):
             best = model.module.translate_batch(batch, beam=cfg.decode.beam,
                                                 len_penalty=cfg.decode.len_penalty)
             for i, ids in zip(batch["sent_index"].tolist(), best):
@@ -116,29 +134,60 @@ def decode_bleu(model: LoadedModel, split: BinarizedSplit, anchors: ContextAncho
                                lowercase=cfg.eval.lowercase).score
 
 
+def random_context_bleu(model: LoadedModel, split: BinarizedSplit, real: ContextAnchors,
+                        random: ContextAnchors, references: list[str], tokenize: str) -> dict[str, float]:
+    """`random_ctx/bleu`, `random_ctx/bleu_delta` and `random_ctx/bleu_floor`, from three decodes
+    in one path (the caller's precision, `decode.*`): the real and the random context in the same
+    batches (packed by the longer row of either), and the real context again in batches of half
+    the token budget. The delta is random minus real; the floor, real in other batches minus real,
+    is the change that batch composition and rounding alone make: a delta within it is noise."""
+    window, budget = model.window, int(model.cfg.decode.batch_max_tokens)
+    indices = np.arange(split.n_sentences)
+    sizes = np.max([row_lengths(split, window, indices, anchors) for anchors in (real, random)], axis=0)
+    batches = list(TokenBudgetBatchSampler(indices, sizes, budget, shuffle=False))
+    halves = TokenBudgetBatchSampler(indices, sizes, max(budget // 2, int(sizes.max(initial=1))), shuffle=False)
+    own = decode_bleu(model, split, real, references, tokenize, batches)
+    other = decode_bleu(model, split, random, references, tokenize, batches)
+    again = decode_bleu(model, split, real, references, tokenize, halves)
+    return {"random_ctx/bleu": other, "random_ctx/bleu_delta": other - own, "random_ctx/bleu_floor": again - own}
+
+
 def context_usage_metrics(model: LoadedModel, split: BinarizedSplit, references: list[str],
-                          tokenize: str, test_bleu: float | None) -> dict[str, float]:
-    """`cxmi`, `cxmi/first`, `cxmi/rest`, `random_ctx/cxmi`, and with `test_bleu` (the model's BLEU
-    with its own context) `random_ctx/bleu` and `random_ctx/bleu_delta`, on `split`."""
+                          tokenize: str, decode: bool, *, precision: str = "32-true",
+                          own_targets: OutputTokens | None = None) -> dict[str, float]:
+    """`cxmi`, `cxmi/first`, `cxmi/rest`, `random_ctx/cxmi`, and with `decode` the random-context
+    BLEU scores (`random_context_bleu`), on `split`, every pass under the autocast of `precision`
+    (the resolved precision of the run's test loop, so that these passes compute as it does).
+
+    `own_targets`: the model's own translations of `split` (its test loop's, in document order),
+    for a model with target-side context. Its context is then cut from them, as its test BLEU
+    reads it, and `cxmi/gold_context` is the CXMI with the reference previous sentences instead.
+    The random context comes from another collection's documents (`document_groups`)."""
     window = model.window
     max_tokens = int(model.cfg.data.eval_max_tokens)
     previous = max(window.prev_src, window.prev_tgt, window.external.size if window.external else 0)
-    random_anchors = random_context(split.doc_offsets, previous, window.next_src, RANDOM_CONTEXT_SEED)
-    real, empty, shuffled = sentence_log_probs(
-        model, split, [own_context(split.doc_offsets), no_context(split.n_sentences), random_anchors],
-        max_tokens)
+    random_anchors = random_context(split.doc_offsets, previous, window.next_src, RANDOM_CONTEXT_SEED,
+                                    groups=document_groups(split.doc_ids))
+    real_anchors = own_context(split.doc_offsets)
+    read = split if own_targets is None else WithContextTargets(split, own_targets)
     everything = np.arange(split.n_sentences)
     first = split.doc_offsets[:-1][np.diff(split.doc_offsets) > 0]
     rest = np.setdiff1d(everything, first)
-    scores = {"cxmi": per_token_gain(real, empty, everything),
-              "cxmi/first": per_token_gain(real, empty, first),
-              "cxmi/rest": per_token_gain(real, empty, rest),
-              "random_ctx/cxmi": per_token_gain(real, shuffled, everything)}
-    if test_bleu is not None:
-        # A model that reads no context gets batches without context tensors, the same under any
-        # anchors: decoding them again would reproduce its test hypotheses exactly.
-        reads_context = bool(window.sides()) or window.external is not None
-        random_bleu = (decode_bleu(model, split, random_anchors, references, tokenize)
-                       if reads_context else test_bleu)
-        scores.update({"random_ctx/bleu": random_bleu, "random_ctx/bleu_delta": random_bleu - test_bleu})
+    with autocast_for(precision, model.device):
+        real, empty, shuffled = sentence_log_probs(
+            model, read, [real_anchors, no_context(split.n_sentences), random_anchors], max_tokens)
+        scores = {"cxmi": per_token_gain(real, empty, everything),
+                  "cxmi/first": per_token_gain(real, empty, first),
+                  "cxmi/rest": per_token_gain(real, empty, rest),
+                  "random_ctx/cxmi": per_token_gain(real, shuffled, everything)}
+        if own_targets is not None:
+            gold = sentence_log_probs(model, split, [real_anchors], max_tokens)[0]
+            scores["cxmi/gold_context"] = per_token_gain(gold, empty, everything)
+        if decode:
+            # A model that reads no context gets batches without context tensors, the same under
+            # any anchors: decoding them again would reproduce its hypotheses exactly.
+            reads_context = bool(window.sides()) or window.external is not None
+            scores.update(random_context_bleu(model, read, real_anchors, random_anchors, references, tokenize)
+                          if reads_context else
+                          {"random_ctx/bleu_delta": 0.0, "random_ctx/bleu_floor": 0.0})
     return scores

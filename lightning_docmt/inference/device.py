@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from lightning_docmt.errors import DocMTInputError
@@ -30,3 +32,11 @@ def trainer_settings(device: torch.device) -> dict[str, object]:
     """The `trainer:` keys that run a test loop on `device` alone."""
     accelerator, devices = ("cpu", 1) if device.type == "cpu" else ("gpu", [device.index or 0])
     return {"accelerator": accelerator, "devices": devices, "num_nodes": 1, "strategy": "auto"}
+
+
+def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """The autocast a Lightning loop at `precision` (a resolved Lightning value) runs under on
+    `device`, for passes outside Lightning that must compute as its test loop does: `bf16-mixed`
+    and `16-mixed` autocast to bf16 / fp16; anything else computes in the weights' own dtype."""
+    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()

@@ -6,7 +6,9 @@ target side must be what the model output for them. `OutputTokens` holds those o
 shape of a `TokenArray`, and `WithOwnTargets` is a split whose target side they are, so the same
 collation builds `ctx_tgt` from them (`inference/translate.py`, `training/module.py`). Sentence j's
 context is complete once the batches of the sentences before it are decoded, which document-order
-batches (`data/doc_sampler.py`) guarantee.
+batches (`data/doc_sampler.py`) guarantee. `WithContextTargets` keeps the references as the target
+side and reads only the context from the outputs: scoring the references (CXMI) with the previous
+sentences the model itself translated, as its test BLEU reads them.
 """
 
 from __future__ import annotations
@@ -58,6 +60,17 @@ class WithOwnTargets:
 
     def __init__(self, split: BinarizedSplit, outputs: OutputTokens):
         self._split, self.tgt = split, outputs
+
+    def __getattr__(self, name: str):
+        return getattr(self._split, name)
+
+
+class WithContextTargets:
+    """A split whose target side is the references, its target-side context cut from the model's
+    own translations (`context_tgt`, read by `data/collate.context_tokens`)."""
+
+    def __init__(self, split: BinarizedSplit, outputs: OutputTokens):
+        self._split, self.context_tgt = split, outputs
 
     def __getattr__(self, name: str):
         return getattr(self._split, name)

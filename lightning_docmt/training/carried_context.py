@@ -6,12 +6,17 @@ documents (docs/design.md section 8).
 Per test batch, whose rows hold one sentence of each of several documents with their carried states
 attached (`DocMTModule.batch_terms`):
 - the NLL sums with every row's state replaced by the initial one (no context: the layout of a
-  document's first sentence) and by another row's, i.e. another document's (`other_documents`);
+  document's first sentence) and by another row's (`other_documents`): a row of a document of
+  another collection (another book of the Bible, `data/context_anchors.document_groups`; trap T16)
+  where the batch has one, else of another document of the same collection. The share of rows
+  that got another collection's state is reported (`random_ctx/other_collection`);
 - when the loop decodes, the batch translated again with that other document's state. The control
   is not handed on: the next sentence reads the state of what was output with the real one.
 
 At the end of the loop these give the metrics of `context_usage.py`, meaning the same
-(`METRIC_MEANINGS`): `cxmi`, `random_ctx/cxmi`, `random_ctx/bleu` and `random_ctx/bleu_delta`.
+(`METRIC_MEANINGS`): `cxmi`, `random_ctx/cxmi`, `random_ctx/bleu` and `random_ctx/bleu_delta`. The
+real and the control decode share the test loop's batches and precision (trap T17), so a model
+that ignores its state gets a delta of exactly 0.
 """
 
 from __future__ import annotations
@@ -26,32 +31,51 @@ from lightning_docmt.nn.training_hooks import CARRY_KEY
 Record = tuple[int, int, str]  # (sent_index, doc_index, hypothesis)
 
 
-def other_documents(model: Seq2SeqModel, batch: dict[str, Any]) -> Any:
-    """Every row's carried state replaced by the next row's, which belongs to another document (a
-    document-order batch holds one sentence per document); the initial state in a batch of one."""
+def other_rows(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For rows of collections `groups` (B,): the row whose state each row reads instead of its own
+    (the nearest later row, cyclically, of another collection; the next row where every row shares
+    one) and whether it is of another collection, both (B,)."""
+    rows = groups.numel()
+    shifts = torch.arange(1, rows, device=groups.device)  # (B - 1,)
+    candidates = (torch.arange(rows, device=groups.device)[:, None] + shifts[None, :]) % rows  # (B, B - 1)
+    differs = groups[candidates] != groups[:, None]  # (B, B - 1)
+    found = differs.any(1)
+    first = torch.where(found, differs.float().argmax(1), torch.zeros_like(found, dtype=torch.long))
+    return candidates.gather(1, first[:, None])[:, 0], found
+
+
+def other_documents(model: Seq2SeqModel, batch: dict[str, Any], groups: torch.Tensor) -> tuple[Any, torch.Tensor]:
+    """Every row's carried state replaced by another row's (`other_rows`; a document-order batch
+    holds one sentence per document), given each document's collection `groups` (n_documents,);
+    the initial state in a batch of one. Also whether each row got another collection's state."""
     carried, rows = batch[CARRY_KEY], batch["src"].size(0)
     if rows == 1:
-        return model.initial_carry(batch)
-    return select_rows(carried, torch.arange(1, rows + 1, device=batch["src"].device) % rows)
+        return model.initial_carry(batch), torch.zeros(1, dtype=torch.bool)
+    donors, other_collection = other_rows(groups.to(batch["doc_index"].device)[batch["doc_index"]])
+    return select_rows(carried, donors), other_collection
 
 
 class CarriedContextUsage:
     """The sums of one test loop: NLL with no and with another document's state, and the
     hypotheses decoded with another document's state."""
 
-    def __init__(self, device: torch.device | str = "cpu"):
+    def __init__(self, groups: torch.Tensor, device: torch.device | str = "cpu"):
+        self.groups = groups  # (n_documents,) the collection of each document of the split
         self.nll = torch.zeros(2, device=device)  # NLL sums: no carried state, another document's
+        self.rows = torch.zeros(2, device=device)  # rows scored, rows given another collection's state
         self.random_records: list[Record] = []
 
     def add_nll(self, model: Seq2SeqModel, batch: dict[str, Any], output_loss: Callable) -> None:
         """Score `batch` (its real carried rows attached) with the initial and the other state."""
-        for i, state in enumerate((model.initial_carry(batch), other_documents(model, batch))):
+        other, other_collection = other_documents(model, batch, self.groups)
+        for i, state in enumerate((model.initial_carry(batch), other)):
             terms = model.loss_terms({**batch, CARRY_KEY: state}, output_loss)
             self.nll[i] += terms.nll_sum.detach()
+        self.rows += torch.tensor([other_collection.numel(), other_collection.sum()], device=self.rows.device)
 
     def add_random_hypotheses(self, model: Seq2SeqModel, batch: dict[str, Any],
                               translate: Callable[[dict[str, Any]], list[str]]) -> None:
         """Translate `batch` again with another document's state (`translate`: one detokenised
         hypothesis per row), for `random_ctx/bleu`."""
-        hypotheses = translate({**batch, CARRY_KEY: other_documents(model, batch)})
+        hypotheses = translate({**batch, CARRY_KEY: other_documents(model, batch, self.groups)[0]})
         self.random_records += zip(batch["sent_index"].tolist(), batch["doc_index"].tolist(), hypotheses)

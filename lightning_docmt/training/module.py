@@ -44,6 +44,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.data.collate import collate
+from lightning_docmt.data.context_anchors import document_groups
 from lightning_docmt.inference import decoding
 from lightning_docmt.inference.own_outputs import OutputTokens, WithOwnTargets
 from lightning_docmt.inference.reference_context import reads_reference_target
@@ -98,7 +99,7 @@ class DocMTModule(pl.LightningModule):
         self._eval_records: list[tuple[int, int, str]] = []  # (sent_index, doc_index, hypothesis)
         self._eval_sums = torch.zeros(3)  # loss sum, nll sum, target tokens
         # a carrying model's context usage, scored by its test loop (`carried_context.py`)
-        self._carried_usage = CarriedContextUsage()
+        self._carried_usage = CarriedContextUsage(torch.zeros(0, dtype=torch.long))
         self._train_clock = Stopwatch()  # training time of this fit, validation left out
         self._train_tokens: torch.Tensor | int = 0  # this rank's trained target tokens (on device)
         self._update_tokens: torch.Tensor | int = 0  # this rank's target tokens of the current update
@@ -372,7 +373,8 @@ class DocMTModule(pl.LightningModule):
                              if reads_reference_target(self.cfg) else None)
         self._eval_records = []
         self._eval_sums = torch.zeros(3, device=self.device)
-        self._carried_usage = CarriedContextUsage(self.device)
+        groups = document_groups(self.trainer.datamodule.split(split).doc_ids)
+        self._carried_usage = CarriedContextUsage(torch.from_numpy(groups), self.device)
         self._decode_stats.zero_()
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
@@ -409,6 +411,24 @@ class DocMTModule(pl.LightningModule):
         if self._scores_carried_context():  # the random-context control; the real state is handed on
             self._carried_usage.add_random_hypotheses(self.model, batch, lambda other: [
                 vocab.decode(ids) for ids in self.translate_batch(other, beam=beam)])
+
+    def own_translations(self) -> OutputTokens | None:
+        """The model's own translations of the split its last evaluation loop decoded, every rank's
+        (a collective under DDP: call it on every rank), for a model with target-side context
+        (`reads_reference_target`); None for the others."""
+        if self._own_targets is None:
+            return None
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return self._own_targets
+        mine = [(i, self._own_targets[i].tolist()) for i in range(len(self._own_targets))
+                if len(self._own_targets[i])]
+        parts: list[Any] = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(parts, mine)
+        merged = OutputTokens(len(self._own_targets))
+        for part in parts:
+            for index, ids in part:
+                merged.record(index, ids)
+        return merged
 
     def _scores_carried_context(self) -> bool:
         """The test loop of a carrying model scores its context usage itself (`eval.context_usage`):
@@ -468,14 +488,18 @@ class DocMTModule(pl.LightningModule):
 
     def _carried_usage_scores(self, nll_sum: float, tokens: float, test_bleu: float) -> dict[str, float]:
         """`cxmi` and `random_ctx/cxmi` (nats per target token that the carried state adds over none
-        and over another document's; `nll_sum` is the loop's own), and the test BLEU with another
-        document's state (`random_ctx/bleu`, `random_ctx/bleu_delta`)."""
+        and over another document's; `nll_sum` is the loop's own), the test BLEU with another
+        document's state (`random_ctx/bleu`, `random_ctx/bleu_delta`: the same batches and
+        precision as the test BLEU) and the share of rows whose other state was of another
+        collection (`random_ctx/other_collection`)."""
         usage = self._carried_usage
         blank, other = self.trainer.strategy.reduce(usage.nll, reduce_op="sum").tolist()
+        rows, other_collection = self.trainer.strategy.reduce(usage.rows, reduce_op="sum").tolist()
         records, refs = self._gather_records(usage.random_records, "test")
         random_bleu = self._bleu([hyp for _, _, hyp in records], refs).score
         return {"cxmi": (blank - nll_sum) / tokens, "random_ctx/cxmi": (other - nll_sum) / tokens,
-                "random_ctx/bleu": random_bleu, "random_ctx/bleu_delta": random_bleu - test_bleu}
+                "random_ctx/bleu": random_bleu, "random_ctx/bleu_delta": random_bleu - test_bleu,
+                "random_ctx/other_collection": other_collection / max(rows, 1.0)}
 
     def _gather_records(self, own: list[tuple[int, int, str]],
                         split: str) -> tuple[list[tuple[int, int, str]], list[str]]:

@@ -44,7 +44,7 @@ from lightning_docmt.distributed import barrier, is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.provenance import code_fingerprint, environment_record, resolved_device
 from lightning_docmt.inference.device import trainer_settings
-from lightning_docmt.inference.reference_context import check_no_reference_target
+from lightning_docmt.inference.reference_context import check_no_reference_target, reads_reference_target
 from lightning_docmt.inference.translate import LoadedModel, load_checkpoint
 from lightning_docmt.training.model_hooks import check_training_hooks
 from lightning_docmt.training.module import DocMTModule
@@ -422,17 +422,20 @@ def run_validation_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     if info["best_score"] is not None:  # None: the stage never validated and hands on its last step
         scores[metric] = info["best_score"]
     scores.update({f"{metric}@{step}": value for step, value in info.get("validation", [])})
-    usage = cfg.eval.context_usage and not get_arch(cfg.model.arch).model_class.carries_state
+    # teacher-forced only, so not for a model whose context is its own earlier translations
+    usage = (cfg.eval.context_usage and not get_arch(cfg.model.arch).model_class.carries_state
+             and not reads_reference_target(cfg))
     if (suites or usage) and is_global_zero():
         on_gpu = resolved_device(cfg.trainer.accelerator) != "cpu"
         model = load_checkpoint(final.checkpoint, "cuda" if on_gpu else "cpu")
         scores.update({f"val/{k}": v for k, v in suite_metrics(model, suites).items()})
-        if usage:  # teacher-forced only: nothing is decoded again
+        if usage:
             datamodule = DocumentWindowDataModule(model.cfg.data, model.cfg.vocab, model.cfg.context)
             datamodule.prepare_data()
             datamodule.setup("validate")
             usage_scores = context_usage_metrics(model, datamodule.split("valid"), datamodule.references("valid"),
-                                                 bleu_tokenizer(cfg.eval, cfg.data), None)
+                                                 bleu_tokenizer(cfg.eval, cfg.data), decode=False,
+                                                 precision=resolved_settings(cfg)["precision"])
             scores.update({f"val/{k}": v for k, v in usage_scores.items()})
     return scores
 
@@ -487,7 +490,9 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
     results = trainer.test(module, datamodule=datamodule, verbose=False)
     scores: dict[str, float | str] = {k: float(v) for k, v in results[0].items()} if results else {}
     scores.update(train_speed_metrics(checkpoint))
-    scores.update(environment_record(**resolved_settings(cfg)))
+    settings = resolved_settings(cfg)
+    scores.update(environment_record(**settings))
+    own_targets = module.own_translations()  # every rank: a collective under DDP
     if (suites or cfg.eval.context_usage) and is_global_zero():
         module.to(trainer.strategy.root_device).eval()  # the test loop left it on the CPU, training
         model = LoadedModel(module, cfg, datamodule.src_vocab, datamodule.tgt_vocab)
@@ -495,6 +500,6 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
         if cfg.eval.context_usage and not type(module.model).carries_state:  # else the test loop's
             scores.update(context_usage_metrics(model, datamodule.split("test"),
                                                 datamodule.references("test"),
-                                                bleu_tokenizer(cfg.eval, cfg.data),
-                                                scores.get("test/bleu")))
+                                                bleu_tokenizer(cfg.eval, cfg.data), decode=True,
+                                                precision=settings["precision"], own_targets=own_targets))
     return scores
