@@ -4,7 +4,7 @@ A null result says something only if the model could have learnt, so every stage
 records, per optimizer (one, or one per optimizer phase), the lr of its first parameter group at
 the first and at the last update, their sum over the stage's updates (`sum`, the "summed lr", in
 the units of the lr itself: Adam moves a parameter by at most about that much in total) and the
-number of updates. Trap T15 in docs/traps.md: a stage that continues a linear decay starts near 0,
+number of updates. Trap K9 in docs/design.md section 12: a stage that continues a linear decay starts near 0,
 and its summed lr shows it.
 
 The lr is read right before each optimizer step, after accumulation (`on_before_optimizer_step`),

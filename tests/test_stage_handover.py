@@ -1,5 +1,5 @@
 """What a stage hands to the next: its final checkpoint and that checkpoint's step; which
-continuations of a schedule are refused (trap T15); the lr each stage trained at (`done.json`).
+continuations of a schedule are refused (trap K9); the lr each stage trained at (`done.json`).
 
 A stage's final checkpoint is its best on validation, which need not be its last update; a next
 stage with `continue_schedule` must continue the learning-rate schedule from the step of the
@@ -10,6 +10,7 @@ validation would, and checks what stage 2 is built with.
 
 from __future__ import annotations
 
+import csv
 import json
 from types import SimpleNamespace
 
@@ -58,7 +59,7 @@ def test_the_next_stage_continues_from_the_step_of_the_checkpoint_it_starts_from
 
 
 def test_a_stage_that_trains_new_parameters_may_not_continue_a_linear_decay_from_near_zero(tmp_path):
-    """Trap T15: 2 updates after 6 of a linear decay with 2 warm-up updates start at 1/6 of the
+    """Trap K9: 2 updates after 6 of a linear decay with 2 warm-up updates start at 1/6 of the
     peak; the stage's theta_d would train on the tail alone. The error gives the numbers."""
     cfg = tiny_config(tmp_path, *TWO_STAGES, "train.optim.schedule=linear_warmup_linear_decay",
                       "train.optim.warmup_steps=2")
@@ -88,6 +89,24 @@ def test_done_json_records_the_lr_each_stage_trained_at(tmp_path):
     assert record["sum"] == pytest.approx(1.5 * lr)
     first = json.loads((tmp_path / "cache" / "stages" / stages["s1"]["key"] / "done.json").read_text())
     assert first["lr"][0]["updates"] == STEPS
+
+
+def test_a_stage_that_adds_parameters_records_how_much_they_disturb_its_start(tmp_path):
+    """The valid NLL of the stage-1 checkpoint (as its own last validation logged it) and of the
+    stage-2 model before its first update, with theta_d fresh: `initial_damage` is the difference."""
+    with single_process_run_env():
+        run_dir = train.fit_run(tiny_config(tmp_path, *TWO_STAGES[:-2], "train.stages.s1={arch: transformer}",
+                                            "train.stages.s2={arch: zhang_doc, init_from: s1, max_steps: 2}",
+                                            "train.schedule=[s1,s2]"))
+    stages = json.loads((run_dir / "run.json").read_text())["stages"]
+    first, second = (json.loads((tmp_path / "cache" / "stages" / stages[n]["key"] / "done.json").read_text())
+                     for n in ("s1", "s2"))
+    assert "initial_nll" not in first  # it starts from nothing
+    logged = [row for row in csv.DictReader(open(run_dir / "s1" / "metrics.csv")) if row.get("val/nll")]
+    assert second["parent_nll"] == pytest.approx(float(logged[-1]["val/nll"]), rel=1e-4)
+    assert second["initial_nll"] != second["parent_nll"]  # the fresh gates mix in an untrained read
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["initial_damage"] == pytest.approx(second["initial_nll"] - second["parent_nll"])
 
 
 def test_the_lr_record_survives_a_resume():

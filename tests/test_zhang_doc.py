@@ -81,7 +81,7 @@ def test_context_gate_on_a_hand_example():
 
 
 def test_a_held_gate_mixes_with_its_constant_and_records_what_it_used():
-    """Reading Z11: lambda is the constant, whatever W_i and W_s say; `last_gate` keeps it."""
+    """Reading Z15: lambda is the constant, whatever W_i and W_s say; `last_gate` keeps it."""
     gate = ContextGate(2, hold=0.25)
     h, u = torch.tensor([[[1.0, -2.0]]]), torch.tensor([[[3.0, 0.5]]])
     assert gate(h, u).flatten().tolist() == pytest.approx([0.25 * 1.0 + 0.75 * 3.0, 0.25 * -2.0 + 0.75 * 0.5])

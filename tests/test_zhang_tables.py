@@ -105,7 +105,7 @@ def test_step_2_trains_theta_d_alone_from_the_transformer(path):
             assert stage.arch == "zhang_doc" and list(stage.trainable) == THETA_D_GLOBS
             assert cfg.train.stages[stage.init_from].arch == "transformer"
             assert stage.init_from in cfg.train.schedule[: cfg.train.schedule.index(name)]
-            # trap T15: a schedule of its own, warmed up within the stage (not the tail of step 1's)
+            # trap K9: a schedule of its own, warmed up within the stage (not the tail of step 1's)
             optim = stage_config(cfg, name).train.optim
             assert not stage.continue_schedule and optim.warmup_steps < stage.max_steps
 
@@ -291,7 +291,7 @@ def test_demo_zhang_row_fine_tunes_theta_d_from_the_shared_transformer():
     assert transformer.train.stages.more.init_from == "sent"
     assert zhang.train.stages.doc.max_steps == concat.train.stages.doc.max_steps \
         == transformer.train.stages.more.max_steps > 0
-    # the same stage recipe for every row, a schedule of its own (trap T15)
+    # the same stage recipe for every row, a schedule of its own (trap K9)
     assert not any(cfg.train.stages[cfg.train.schedule[-1]].continue_schedule for cfg in cfgs.values())
     recipes = {json.dumps(OmegaConf.to_container(stage_config(cfg, cfg.train.schedule[-1]).train.optim), sort_keys=True)
                for cfg in cfgs.values()}

@@ -17,7 +17,7 @@ document (`own_context`). Two diagnostics of context usage (docs/design.md secti
 A collection (`document_groups`) is what documents that share names and story belong to: the
 Bible's chapters (`<Book>.<chapter>`) belong to their book; any other document is a collection of
 its own. Another chapter of the same book shares names and story with the real context, so drawing
-from it would bias the control toward showing no content use (trap T16 in docs/traps.md).
+from it would bias the control toward showing no content use (trap K10 in docs/design.md section 12).
 
 The source sentence, its target and its position in the document (`pos_in_doc`, `doc_index`) stay
 those of sentence i; only the context tensors change.

@@ -18,11 +18,11 @@ split, with the context swapped by `data/context_anchors.py` and everything else
   estimate compares two models, this one the model with itself (their "CXMI of a single model").
 - **Random-context control**: every sentence reads the context of a sentence of a document of
   another collection (another book of the Bible: another chapter of the same book shares names and
-  story, trap T16), with as many context sentences (seeded, `data/context_anchors.py`).
+  story, trap K10), with as many context sentences (seeded, `data/context_anchors.py`).
   `random_ctx/cxmi` is the same difference of log-probabilities against random instead of empty
   context (how much better the real context is than an irrelevant one). `random_ctx/bleu` is the
   test BLEU decoded with the random context, and `random_ctx/bleu_delta` its difference to the real
-  context decoded in the same path: same precision, same batches, same beam (trap T17: a delta
+  context decoded in the same path: same precision, same batches, same beam (trap K11: a delta
   between two precisions measures the precision). A model that uses its context loses BLEU; one
   whose gain comes from elsewhere does not. `random_ctx/bleu_floor`, the real context decoded
   again in batches of half the budget minus the real decode, is the control's own noise floor.
@@ -75,6 +75,9 @@ METRIC_MEANINGS = {
                              "control's noise floor, a `random_ctx/bleu_delta` within it is noise",
     "random_ctx/other_collection": "the share of rows whose control state came from another collection "
                                    "(a model carrying a state: its test batch may hold one collection only)",
+    "initial_damage": "the valid NLL (nats per target token) of the model as the first stage that added "
+                      "parameters began, minus that of the checkpoint it started from: how much the fresh "
+                      "parameters disturbed it",
     "cxmi/gold_context": "`cxmi` with the reference previous target sentences as context instead of the "
                          "model's own translations (target-side context only)",
 }

@@ -23,12 +23,12 @@ Readings (docs/papers/zhang2018.md section 8):
 - NOT IN PAPER, Z5: with gating off the LayerNorm after context attention is kept.
 - Z6: `context_layers` (N_c) defaults to 1, the paper's system, not the reference code's 6.
 - Z10: freezing theta_s does not switch its dropout off; nothing here depends on freezing.
-- NOT IN PAPER, Z11: `gate_hold` holds every gate's lambda at a constant (a warm-up stage that trains
+- NOT IN PAPER, Z15: `gate_hold` holds every gate's lambda at a constant (a warm-up stage that trains
   the context read while the gate cannot shut; the gate weights stay frozen there, `GATE_GLOBS`).
 
 How open the gates are is logged per update (`train/gate_mean`, `train/gate_shut`, over the real
 positions of every gated sublayer, `nn/gating.gate_stats`): in step 2 a gate that shuts (lambda -> 1)
-passes no gradient to open again, the failure reading Z12 describes.
+passes no gradient to open again, the failure reading Z16 describes.
 
 Switches: a context-attention sublayer switched off does not exist (no parameters, not run). With
 both off nothing reads C^(Nc), so the context encoder is not built either and the model is the
@@ -80,7 +80,7 @@ THETA_D_GLOBS = ["context_encoder.*", "*.context_attn.*"]
 """fnmatch globs of theta_d: the context encoder and every context-attention sublayer (LN and gate included)."""
 
 GATE_GLOBS = ["*.context_attn.integrate.*"]
-"""fnmatch globs of the gate weights W_i, W_s (Eq. 22): frozen while `gate_hold` holds lambda (reading Z11)."""
+"""fnmatch globs of the gate weights W_i, W_s (Eq. 22): frozen while `gate_hold` holds lambda (reading Z15)."""
 
 CONTEXT_MEMORY = "context"
 """The name under which context-attention sublayers find C^(Nc) in `LayerInputs.memories`."""
@@ -102,7 +102,7 @@ class ZhangDocConfig(TransformerConfig):
     context_layers: int = 1  # N_c (Table 2; reading Z6)
     context_attn: ContextAttnConfig = field(default_factory=ContextAttnConfig)
     context_gating: bool = True  # Table 9: true = Eqs. 21-22, false = residual (Eq. 20)
-    gate_hold: Optional[float] = None  # NOT IN PAPER, reading Z11: a constant lambda instead of Eq. 22
+    gate_hold: Optional[float] = None  # NOT IN PAPER, reading Z15: a constant lambda instead of Eq. 22
 
 
 @dataclass

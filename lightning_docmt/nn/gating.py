@@ -10,7 +10,7 @@ D-dimensional gate per position, W_i and W_s are D x D matrices without bias, an
 applied to U inside the gated path. The gate is an `integrate` module for `ResidualBlock`, which
 keeps the post-LayerNorm after it: `LN(Gating(H))`.
 
-NOT IN PAPER (reading Z11): `hold` replaces Eq. 22 by a constant lambda, so that a warm-up stage can
+NOT IN PAPER (reading Z15): `hold` replaces Eq. 22 by a constant lambda, so that a warm-up stage can
 train the context read while the gate cannot shut (a saturated sigmoid passes no gradient to open
 it again); a later stage releases it. The gate weights are then unused and must stay frozen.
 
@@ -32,7 +32,7 @@ class ContextGate(nn.Module):
     """`Integrate(H, U) = lambda * H + (1 - lambda) * U`, `lambda = sigmoid(W_i H + W_s U)` (Eqs. 21-22).
 
     Parameters: `input_proj.weight` (W_i) and `context_proj.weight` (W_s), each (D, D), Xavier-uniform.
-    `hold`: a constant lambda in (0, 1) instead of Eq. 22 (reading Z11), None for the paper's gate.
+    `hold`: a constant lambda in (0, 1) instead of Eq. 22 (reading Z15), None for the paper's gate.
     """
 
     def __init__(self, d_model: int, hold: Optional[float] = None):
@@ -49,7 +49,7 @@ class ContextGate(nn.Module):
     def mix(self, h: Tensor, u: Tensor) -> tuple[Tensor, Tensor]:
         """Eq. 21 and the lambda it used (1 keeps h, 0 takes u), both (B, T, D), from h, u (B, T, D)."""
         if self.hold is not None:
-            gate = torch.full_like(h, self.hold)  # reading Z11: held open, nothing to shut
+            gate = torch.full_like(h, self.hold)  # reading Z15: held open, nothing to shut
         else:
             gate = torch.sigmoid(self.input_proj(h) + self.context_proj(u))  # Eq. 22
         self.last_gate = gate.detach()

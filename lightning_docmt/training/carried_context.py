@@ -7,7 +7,7 @@ Per test batch, whose rows hold one sentence of each of several documents with t
 attached (`DocMTModule.batch_terms`):
 - the NLL sums with every row's state replaced by the initial one (no context: the layout of a
   document's first sentence) and by another row's (`other_documents`): a row of a document of
-  another collection (another book of the Bible, `data/context_anchors.document_groups`; trap T16)
+  another collection (another book of the Bible, `data/context_anchors.document_groups`; trap K10)
   where the batch has one, else of another document of the same collection. The share of rows
   that got another collection's state is reported (`random_ctx/other_collection`);
 - when the loop decodes, the batch translated again with that other document's state. The control
@@ -15,7 +15,7 @@ attached (`DocMTModule.batch_terms`):
 
 At the end of the loop these give the metrics of `context_usage.py`, meaning the same
 (`METRIC_MEANINGS`): `cxmi`, `random_ctx/cxmi`, `random_ctx/bleu` and `random_ctx/bleu_delta`. The
-real and the control decode share the test loop's batches and precision (trap T17), so a model
+real and the control decode share the test loop's batches and precision (trap K11), so a model
 that ignores its state gets a delta of exactly 0.
 """
 

@@ -52,6 +52,7 @@ from lightning_docmt.registry import get_arch, model_config
 from lightning_docmt.config.schema import ContextConfig, RunConfig, inert_keys
 from lightning_docmt.training.schedules import CONTINUATION_FLOOR, NEEDS_TOTAL, continuation_summary
 from lightning_docmt.training.speed import train_speed_metrics
+from lightning_docmt.training.stage_start import first_damage, initial_damage
 from lightning_docmt.training.update_size import update_size
 from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric, resolve_precision
 
@@ -225,6 +226,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         progress(f"stage '{name}': reusing {store} (trained before with the same config)")
         return StageResult(name, key, store / "final.ckpt", info["global_step"], reused=True)
 
+    start: dict[str, float] = {}
     pl.seed_everything(scfg.train.seed, workers=True)
     datamodule = DocumentWindowDataModule(scfg.data, scfg.vocab, scfg.context, seed=scfg.train.seed)
     datamodule.prepare_data()
@@ -242,6 +244,11 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     if init_ckpt is not None:
         missing = load_weights(module, init_ckpt, init_from=f"train.stages.{name}.init_from")
         progress(f"stage '{name}': initialised from {init_ckpt} ({len(missing)} new tensors)")
+        if missing and is_global_zero():  # the new tensors' disturbance, before any update
+            start = initial_damage(module, scfg, datamodule, init_ckpt, resolved_settings(scfg)["precision"])
+            if start:
+                progress(f"stage '{name}': valid NLL {start['parent_nll']:.4f} before the new tensors, "
+                         f"{start['initial_nll']:.4f} with them")
 
     stage_dir = run_dir / name
     checkpoint = resumable_checkpoint(stage_dir, key) if resume else None
@@ -272,11 +279,16 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
                 "best": str(best), "stage": name, "seconds": round(time.time() - started, 1),
                 "best_score": _scalar(best_score),
                 "validation": validation_curve(stage_dir, monitor_metric(scfg)[0]),
-                "update": size.record(), "lr": lr_record.records}
+                "update": size.record(), "lr": lr_record.records, **start}
         done.write_text(json.dumps(info, indent=1) + "\n")
     trainer.strategy.barrier()
     info = json.loads(done.read_text())  # every rank: what rank zero recorded
     return StageResult(name, key, store / "final.ckpt", info["global_step"], reused=False)
+
+
+def stage_records(results: dict[str, StageResult], schedule: list[str]) -> list[dict]:
+    """The `done.json` of every stage, in schedule order."""
+    return [json.loads((results[name].checkpoint.parent / "done.json").read_text()) for name in schedule]
 
 
 def check_stages(cfg: DictConfig) -> None:
@@ -315,7 +327,7 @@ def stage_steps(scfg: DictConfig, name: str) -> int:
 
 def check_continuation(scfg: DictConfig, name: str, names: list[str],
                        parent: tuple[DictConfig, list[str]] | None) -> None:
-    """A stage with `continue_schedule` trains at what is left of its parent's schedule (trap T15):
+    """A stage with `continue_schedule` trains at what is left of its parent's schedule (trap K9):
     refused when it trains parameters its parent stage lacks and the schedule decays to 0 from
     below `schedules.CONTINUATION_FLOOR` of its peak at the stage's first update; otherwise the
     first and last lr and the summed lr are printed. The parent's step is taken as its `max_steps`
@@ -339,7 +351,7 @@ def check_continuation(scfg: DictConfig, name: str, names: list[str],
     if new and optim.schedule in NEEDS_TOTAL and lrs["first"] < CONTINUATION_FLOOR * lrs["peak"]:
         raise DocMTInputError(
             f"{numbers}: too little for the {len(new)} new parameter tensors it trains; give the stage a "
-            f"schedule of its own (continue_schedule: false, optim.warmup_steps below max_steps; trap T15)",
+            f"schedule of its own (continue_schedule: false, optim.warmup_steps below max_steps; trap K9)",
             key=f"train.stages.{name}.continue_schedule")
     progress(f"stage '{name}': {numbers}")
 
@@ -415,13 +427,15 @@ def run_validation_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     random-context CXMI on valid (`val/cxmi`, `val/random_ctx/cxmi`; `evaluation/context_usage.py`)."""
     check_stages(cfg)
     suites = configured_suites(cfg, "valid")  # before training: a test suite here is an error
-    final = train_stages(cfg, Path(run_dir), resume=True)[cfg.train.schedule[-1]]
+    results = train_stages(cfg, Path(run_dir), resume=True)
+    final = results[cfg.train.schedule[-1]]
     info = json.loads((final.checkpoint.parent / "done.json").read_text())
     metric = monitor_metric(stage_config(cfg, final.name))[0]
     scores: dict[str, float] = {}
     if info["best_score"] is not None:  # None: the stage never validated and hands on its last step
         scores[metric] = info["best_score"]
     scores.update({f"{metric}@{step}": value for step, value in info.get("validation", [])})
+    scores.update({f"val/{k}": v for k, v in first_damage(stage_records(results, cfg.train.schedule)).items()})
     # teacher-forced only, so not for a model whose context is its own earlier translations
     usage = (cfg.eval.context_usage and not get_arch(cfg.model.arch).model_class.carries_state
              and not reads_reference_target(cfg))
@@ -456,6 +470,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = Fa
     results = train_stages(cfg, run_dir, resume)
     final = results[cfg.train.schedule[-1]]
     scores = test_checkpoint(stage_config(cfg, final.name), final.checkpoint, run_dir, suites)
+    scores.update(first_damage(stage_records(results, cfg.train.schedule)))
     record = {"checkpoint": str(final.checkpoint),
               "stages": {n: {"key": r.key, "reused": r.reused, "global_step": r.global_step,
                              "checkpoint": str(r.checkpoint)} for n, r in results.items()}}

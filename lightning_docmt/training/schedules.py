@@ -15,7 +15,7 @@ in docs/papers/zhang2018.md). T (`total_steps`) is the offset plus the stage's o
 that continues a decaying schedule decays to 0 at its own last update, from the value the line from
 the peak at `warmup` to 0 at T has at its first update.
 
-A stage that continues a schedule trains at what is left of it (trap T15 in docs/traps.md): 300
+A stage that continues a schedule trains at what is left of it (trap K9 in docs/design.md section 12): 300
 updates after the `cpu` profile's 1,800 start at 0.19 of the linear decay's peak and average 0.09 of
 it. `training/run.check_stages` refuses a stage that trains new parameters and continues a schedule
 that decays to 0 (`NEEDS_TOTAL`) from below `CONTINUATION_FLOOR` of its peak, and prints the numbers

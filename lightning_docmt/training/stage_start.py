@@ -1,0 +1,68 @@
+"""How much a stage's fresh parameters disturb the model it starts from (docs/design.md section 7).
+
+A stage that adds parameters to a trained model (Zhang's theta_d, Li & Feng's co-attention, a
+context RNN's new encoder) changes that model's output before it has learnt anything: Zhang's gate
+(Eqs. 21-22) starts at lambda ~ 0.5 and replaces half of the sentence stream with an untrained
+context read (reading Z16). `initial_damage` measures it as the teacher-forced validation NLL of
+the stage's model at its first update against the NLL of the checkpoint it starts from, in nats per
+target token, with dropout off and under the precision the stage trains at. Tables print it as
+`initial_damage` beside the stage's results.
+
+Left out: models that carry a state from sentence to sentence (their NLL is a document-order pass
+of their own test loop, not a sentence-by-sentence one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from lightning_docmt.data.context_anchors import own_context
+from lightning_docmt.data.datamodule import DocumentWindowDataModule
+from lightning_docmt.evaluation.context_usage import sentence_log_probs
+from lightning_docmt.inference.device import autocast_for
+from lightning_docmt.inference.translate import LoadedModel, load_checkpoint
+from lightning_docmt.training.module import DocMTModule
+
+
+def valid_nll(model: LoadedModel, datamodule: DocumentWindowDataModule, precision: str) -> float:
+    """Teacher-forced NLL per target token (`<eos>` included) of the valid split, in eval mode."""
+    split = datamodule.split("valid")
+    training = model.module.training
+    model.module.eval()
+    try:
+        with autocast_for(precision, model.device):
+            (scores,) = sentence_log_probs(model, split, [own_context(split.doc_offsets)],
+                                           int(model.cfg.data.eval_max_tokens))
+    finally:
+        model.module.train(training)
+    return float(-np.sum(scores.total) / max(int(np.sum(scores.tokens)), 1))
+
+
+def initial_damage(module: DocMTModule, scfg: DictConfig, datamodule: DocumentWindowDataModule,
+                   parent: Path, precision: str) -> dict[str, float]:
+    """`{"initial_nll", "parent_nll"}`: the valid NLL of `module` as its stage starts and of the
+    `parent` checkpoint it was initialised from; empty for a model that carries a state."""
+    if type(module.model).carries_state:
+        return {}
+    # building the parent's model draws random initial weights: the stage's own draws stay as they were
+    with torch.random.fork_rng(devices=[module.device] if module.device.type == "cuda" else []):
+        start = valid_nll(LoadedModel(module, scfg, datamodule.src_vocab, datamodule.tgt_vocab), datamodule,
+                          precision)
+        before = load_checkpoint(parent, module.device)
+        parent_data = DocumentWindowDataModule(before.cfg.data, before.cfg.vocab, before.cfg.context)
+        parent_data.prepare_data()
+        parent_data.setup("validate")
+        return {"initial_nll": start, "parent_nll": valid_nll(before, parent_data, precision)}
+
+
+def first_damage(stage_records: list[dict]) -> dict[str, float]:
+    """`initial_damage`: the NLL increase of the first stage (in schedule order) that added
+    parameters, from the stages' `done.json` records; empty when none did."""
+    for record in stage_records:
+        if "initial_nll" in record:
+            return {"initial_damage": record["initial_nll"] - record["parent_nll"]}
+    return {}
