@@ -24,6 +24,7 @@ from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq
 from lightning_docmt.nn.concatenation import join_rows
 from lightning_docmt.registry import get_arch, model_config
 from lightning_docmt.training.module import DocMTModule
+from tests.run_checks import assert_test_bleu_rescores
 from tests.cli_run import docmt, run_dir_of
 from tests.model_checks import (assert_beam_scores_are_log_probs_and_batching_invisible,
                                 assert_incremental_matches_full, assert_padding_and_batching_invisible)
@@ -319,13 +320,19 @@ def test_context_usage_scores_and_contrastive_suites_take_the_flat_model(tmp_pat
     (tmp_path / "split").mkdir()
     split = binarize_documents(DOCUMENTS, model, tmp_path / "split")
     scores = context_usage_metrics(model, split, REFERENCES, "13a", decode=False)
-    assert all(np.isfinite(list(scores.values())))
     # the next sentence is context too: first sentences of documents are not context-free here
     assert abs(scores["cxmi/rest"]) > 1e-4 and abs(scores["cxmi/first"]) > 1e-4
+    tokens = split.tgt.offsets[1:] - split.tgt.offsets[:-1] + 1  # target tokens and <eos>
+    first = np.zeros(split.n_sentences, dtype=bool)
+    first[split.doc_offsets[:-1]] = True
+    weighted = (tokens[first].sum() * scores["cxmi/first"] + tokens[~first].sum() * scores["cxmi/rest"]) / tokens.sum()
+    assert scores["cxmi"] == pytest.approx(weighted, rel=1e-9)  # one pass, split two ways
     example = {"id": "e", "src": "the cat runs", "src_context": ["a dog", "the river"], "tgt_context": [],
                "candidates": ["RUNS CAT THE", "RUNS DOG THE"], "label": 0, "phenomenon": "test"}
-    [scores] = score_suite(model, [example])
-    assert len(scores) == 2 and all(np.isfinite(scores)) and scores[0] != scores[1]
+    swapped = {**example, "src_context": ["the river", "a dog"]}
+    [scores], [again] = score_suite(model, [example]), score_suite(model, [swapped])
+    assert all(s < 0 for s in scores) and scores[0] != scores[1]  # log-probabilities of two candidates
+    assert scores != again  # the previous sentence is read: another one changes the scores
 
 
 # Configuration
@@ -379,10 +386,7 @@ def test_a_tiny_fit_trains_tests_and_translates(tmp_path, monkeypatch):
         assert (resolved.model.arch, resolved.model.bottom_layers, resolved.context.next_sentences) == ("flat", 1, 1)
         record = json.loads((run_dir / "run.json").read_text())
         assert record["stages"]["main"]["global_step"] == 6
-        metrics = json.loads((run_dir / "metrics.json").read_text())
-        assert math.isfinite(metrics["test/bleu"]) and math.isfinite(metrics["test/loss"])
-        hyps = (run_dir / "test.hyp.txt").read_text(encoding="utf-8").split("\n")
-        assert len(hyps) > 1  # the test split was beam-searched
+        assert_test_bleu_rescores(run_dir, "synthetic:tiny")  # the test split beam-searched and scored
 
         loaded = load_checkpoint(record["checkpoint"])
         assert isinstance(loaded.module.model, FlatSeq2Seq) and loaded.module.model.top_layers == 1

@@ -5,11 +5,13 @@ group bit-identical while the other trains, resumed mid-phase), decoding and a t
 from __future__ import annotations
 
 import itertools
+import csv
 import json
 from fnmatch import fnmatchcase
 from typing import Any
 
 import pytest
+from omegaconf import OmegaConf
 import torch
 from torch import Tensor, nn
 
@@ -377,11 +379,20 @@ def test_docmt_fit_pretrains_then_cross_trains_and_explains_the_selection(tmp_pa
     monkeypatch.chdir(tmp_path)
     with single_process_run_env():
         run = run_dir_of(docmt("fit", config, "--profile", "tiny"))
-    header = (run / "coattn" / "metrics.csv").read_text().splitlines()[0].split(",")
-    for name in ("train/theta_r/selection_rate", "train/theta_r/reward_var", "train/theta_s/policy_entropy"):
-        assert name in header
+    rows = list(csv.DictReader(open(run / "coattn" / "metrics.csv")))
+    logged = lambda name: [float(r[name]) for r in rows if r.get(name)]  # noqa: E731
+    assert logged("train/theta_s/gate_mean") and logged("train/theta_r/selection_rate")
+    assert all(0.0 <= v <= 1.0 for v in logged("train/theta_r/selection_rate") + logged("train/theta_s/gate_mean")
+               + logged("train/theta_s/gate_shut"))
+    assert all(v >= 0.0 for v in logged("train/theta_r/reward_var") + logged("train/theta_s/policy_entropy"))
+    stages = json.loads((run / "run.json").read_text())["stages"]
+    done = json.loads((tmp_path / "cache" / "stages" / stages["coattn"]["key"] / "done.json").read_text())
+    # phases of 2 updates: theta_s at updates 0, 1, 4, 5, theta_r at 2, 3, each optimizer's lr recorded
+    assert [r["updates"] for r in done["lr"]] == [4, 2]
+    scale = OmegaConf.load(run / "config.yaml").model.rl.lr_scale  # each phase warms up over its own updates
+    assert done["lr"][1]["first"] == pytest.approx(scale * done["lr"][0]["first"])
     metrics = json.loads((run / "metrics.json").read_text())
-    assert "cxmi" in metrics and "test/bleu" in metrics
+    assert metrics["test/bleu"] >= 0.0 and metrics["cxmi"] != 0.0  # the co-attention reads its context
     source = tmp_path / "doc.jsonl"
     source.write_text(json.dumps({"doc_id": "d", "src": ["a b c", "d e", "f g h"]}) + "\n")
     explained = docmt("translate", "--ckpt", run / "coattn" / "checkpoints" / "last.ckpt",

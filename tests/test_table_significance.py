@@ -3,7 +3,8 @@
 
 The runs are fakes that write hand-made hypotheses: the baseline drops about half the words of each
 reference, `better` is the reference itself, `worse` keeps one word, `same` is the baseline's
-output, and `lucky` is better with seed 1 only.
+output, and `lucky` is better with seed 1 only. `near` corrects just enough baseline sentences to be
+significant in each seed, `near_split` one sentence fewer in seed 2: a cell at the threshold.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import pytest
 import yaml
 
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.evaluation.significance import paired_test
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import load_table
 
 WORDS = "the a river stone light night sings walks old new cat dog house tree runs sees".split()
 REFERENCES = [" ".join(random.Random(i).choices(WORDS, k=12)) for i in range(120)]
-ROWS = ("baseline", "better", "worse", "same", "lucky")
+ROWS = ("baseline", "better", "worse", "same", "lucky", "near", "near_split")
 TABLE = {
     "id": "unit.sig", "title": "Significance", "metrics": ["test/bleu"],
     "base": ["profile=tiny", "eval.lowercase=true"], "seeds": [1, 2], "baseline": "baseline",
@@ -34,8 +36,38 @@ def dropped(sentence: str, seed: int) -> str:
     return " ".join(w for w in sentence.split() if rng.random() < 0.5)
 
 
+def baseline_hypotheses(seed: int) -> list[str]:
+    return [dropped(r, seed * 1000 + i) for i, r in enumerate(REFERENCES)]
+
+
+def improved(seed: int, k: int) -> list[str]:
+    """The baseline with its first `k` hypotheses replaced by their references."""
+    return REFERENCES[:k] + baseline_hypotheses(seed)[k:]
+
+
+def p_value(seed: int, k: int) -> float:
+    return paired_test(baseline_hypotheses(seed), improved(seed, k), REFERENCES, lowercase=True).p_value
+
+
+def threshold_k(seed: int) -> int:
+    """The fewest corrected sentences that make the row significant (p < 0.05) in `seed`: with
+    one fewer it is not (bisection; p falls as k grows over this range)."""
+    low, high = 0, len(REFERENCES)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if p_value(seed, middle) < 0.05 else (middle, high)
+    return high
+
+
+NEAR = {seed: threshold_k(seed) for seed in TABLE["seeds"]}
+
+
 def hypotheses(row: str, seed: int) -> list[str]:
-    baseline = [dropped(r, seed * 1000 + i) for i, r in enumerate(REFERENCES)]
+    baseline = baseline_hypotheses(seed)
+    if row == "near":  # just significant in both seeds
+        return improved(seed, NEAR[seed])
+    if row == "near_split":  # just significant in seed 1, just not in seed 2
+        return improved(seed, NEAR[seed] - (seed == 2))
     if row == "better" or (row == "lucky" and seed == 1):
         return list(REFERENCES)
     if row == "worse":
@@ -62,11 +94,15 @@ def test_marks_need_significance_in_every_seed(table_file, tmp_path):
     out = tmp_path / "results" / "unit.sig"
     lines = {r["row"]: r for r in csv.DictReader((out / "table.csv").open())}
     marks = {row: lines[row]["mark"] for row in ROWS}
-    assert marks == {"baseline": "", "better": "↑", "worse": "↓", "same": "", "lucky": ""}
+    assert marks == {"baseline": "", "better": "↑", "worse": "↓", "same": "", "lucky": "",
+                     "near": "↑", "near_split": ""}
     p = {row: [float(v) for v in lines[row]["p_values"].split(";") if v] for row in ROWS}
     assert p["baseline"] == [] and p["same"] == [1.0, 1.0]
     assert all(v < 0.05 for v in p["better"] + p["worse"])
     assert p["lucky"][0] < 0.05 and p["lucky"][1] == 1.0
+    # at the threshold: the table's p-values are the paired test's, seed by seed
+    assert p["near"] == pytest.approx([p_value(seed, NEAR[seed]) for seed in (1, 2)])
+    assert all(v < 0.05 for v in p["near"]) and p["near_split"][0] < 0.05 <= p["near_split"][1]
     markdown = (out / "table.md").read_text()
     assert next(l for l in markdown.splitlines() if l.startswith("| better |")).count("↑") == 1
     assert "baseline row `baseline`" in markdown and "METEOR are case-insensitive." in markdown
