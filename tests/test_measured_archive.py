@@ -32,11 +32,15 @@ def is_selection_table(table_dir: Path) -> bool:
     return load_table(table_files()[table_dir.name]).evaluate == "valid"
 
 
+SUPERSEDED = ARCHIVE / "superseded"  # tables measured with a replaced recipe or controls, kept as measured
+
+
 def archived_tables() -> list[Path]:
-    """The archived tables' folders; the grids' reports (tables/grid.py) are in folders of their own."""
+    """The archived tables' folders; the grids' reports (tables/grid.py) are in folders of their own,
+    and superseded tables in `superseded/`."""
     if not ARCHIVE.is_dir():
         return []
-    return sorted(p for p in ARCHIVE.iterdir() if p.is_dir() and p.name not in grid_files())
+    return sorted(p for p in ARCHIVE.iterdir() if p.is_dir() and p.name not in grid_files() and p != SUPERSEDED)
 
 
 def archived_grids() -> list[Path]:
@@ -70,6 +74,20 @@ def test_every_archived_run_is_complete(table_dir):
         refs = (run / "test.ref.txt").read_text(encoding="utf-8").split("\n")
         assert len(hyps) == len(refs) > 100, run
         assert isinstance(json.loads((run / METRICS_FILE).read_text())["test/bleu"], float), run
+
+
+def test_superseded_tables_are_explained_and_out_of_the_current_archive():
+    """Every superseded table is named in `superseded/README.md` with the commit that made it, holds
+    its runs, and has no namesake among the current archive's tables (never mixed in one table)."""
+    readme = (SUPERSEDED / "README.md").read_text()
+    superseded = sorted(p for p in SUPERSEDED.iterdir() if p.is_dir())
+    assert superseded
+    current = {p.name for p in archived_tables()} | {p.name for p in archived_grids()}
+    for table_dir in superseded:
+        short = table_dir.name.split(".")[-1]
+        assert f"`{table_dir.name}`" in readme or f"`_{short.removeprefix('t2_')}`" in readme, table_dir.name
+        assert table_dir.name not in current
+        assert archived_runs(table_dir) or table_dir.name in grid_files(), table_dir
 
 
 def test_no_checkpoint_is_committed():
