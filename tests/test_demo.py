@@ -9,11 +9,14 @@ import pytest
 from lightning_docmt.cli import demo
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import compose_row, load_table
+from lightning_docmt.registry import import_all_archs
+from lightning_docmt.training.run import check_stages, stage_config, stage_steps
 from lightning_docmt.training.schedules import lr_lambda
 
 
 @pytest.mark.parametrize("budget", [demo.BUDGET, demo.QUICK], ids=["budget", "quick"])
 def test_every_row_of_a_budget_trains_as_long_after_the_shared_transformer(budget):
+    import_all_archs()
     table = load_table(demo.DEMO_TABLE)
     further = set()
     for row in budget.rows:
@@ -22,8 +25,11 @@ def test_every_row_of_a_budget_trains_as_long_after_the_shared_transformer(budge
         assert cfg.train.schedule[0] == "sent" and cfg.train.stages[last].init_from == "sent"
         further.add(cfg.train.stages[last].max_steps)
         assert cfg.train.max_steps < 1800  # shorter than the table's own
-        lr_lambda(schedule=cfg.train.optim.schedule, lr=cfg.train.optim.lr, d_model=cfg.model.d_model,
-                  warmup=cfg.train.optim.warmup_steps, stage_steps=cfg.train.max_steps)  # a usable schedule
+        for name in cfg.train.schedule:  # every stage's schedule is usable at this length
+            optim, scfg = stage_config(cfg, name).train.optim, stage_config(cfg, name)
+            lr_lambda(schedule=optim.schedule, lr=optim.lr, d_model=scfg.model.d_model,
+                      warmup=optim.warmup_steps, stage_steps=stage_steps(scfg, name))
+        check_stages(cfg)  # nor does a stage continue a decayed schedule (trap K9)
     assert len(further) == 1 and further.pop() > 0
 
 

@@ -37,8 +37,9 @@ SHARED_STEPS, FURTHER_STEPS = 400, 150
 BUDGET = DemoBudget(
     rows=("transformer", "concat"),
     overrides=(f"train.max_steps={SHARED_STEPS}", "train.optim.warmup_steps=100",  # the profile's 500 > 400
-               f"train.stages.more.max_steps={FURTHER_STEPS}",
-               f"train.stages.doc.max_steps={FURTHER_STEPS}", "decode.beam=1",
+               f"train.stages.more.max_steps={FURTHER_STEPS}", f"train.stages.doc.max_steps={FURTHER_STEPS}",
+               # a sixth of each further stage warms up, as in the table (50 of 300)
+               "train.stages.more.optim.warmup_steps=25", "train.stages.doc.optim.warmup_steps=25", "decode.beam=1",
                "train.val_every_steps=100000"),  # no validation: every stage hands on its last step
     results="results-demo",
     preface=(f"Demo budget (15 minutes on 2 cores): the shared Transformer {SHARED_STEPS} steps (100 of "
@@ -49,7 +50,8 @@ BUDGET = DemoBudget(
 QUICK = DemoBudget(
     rows=("transformer", "concat", "zhang_doc", "flat", "coattn"),
     overrides=("train.max_steps=120", "train.optim.warmup_steps=30", "train.stages.more.max_steps=20",
-               "train.stages.doc.max_steps=20",
+               "train.stages.doc.max_steps=20", "train.stages.more.optim.warmup_steps=4",
+               "train.stages.doc.optim.warmup_steps=4",
                "decode.beam=1", "train.val_every_steps=100000"),
     results="results-quick",
     preface=("SMOKE RUN (docmt demo --quick): 120 + 20 training steps, the models are untrained and "
