@@ -33,6 +33,16 @@ steps), d_model 64 / 4 heads / FFN 256, one layer each side, lr 3e-3 with 300 wa
 test decoding, one validation at the end. The sentence Transformer is one stage (`sent`) shared by
 every run through stage reuse (one cache). Zhang's step 2 continues the lr schedule (reading Z9).
 
+Positive controls of the tables (tests/learning_recipe.py): a test whose stages follow a table's
+recipe, scaled to this corpus, shows that the recipe can teach the model to read its context at
+all. The RNN tests follow Yamagishi & Komachi's Table 2 (`rnn_run`); the Zhang and co-attention
+tests keep the recipes they were calibrated on, because no recipe of Table 8 or of Li & Feng's
+Table 2 tried so far passes in every seed (`zhang_run`, `coattn_run` give the numbers);
+tests/test_learning_recipe.py checks the parity of those that follow a table. Every threshold
+here was measured on one machine type per test (the docstrings say which); the spreads over seeds
+and CPU types that item-by-item calibration needs are still to be measured for the recipes that
+replace them.
+
 Measured, contrastive accuracy of Zhang two-step, seeds 1 / 2 / 3 / 4 / 5 / 6: with 1,500 theta_d
 steps 100 / 99.1 / 98.9 / 55.2 / - / - % (seed 4 learnt the sense items but no pronoun, and
 restarting the lr schedule instead of continuing it did not help: 65.4%); with 3,000 steps, which
@@ -60,6 +70,7 @@ from lightning_docmt.training import run as train
 from lightning_docmt.data import synthetic
 from lightning_docmt.data.contrastive import context_free_ceiling
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
+from tests.learning_recipe import TableRecipe, scaled, table_recipe
 from tests.run_env import single_process_run_env
 
 pytestmark = pytest.mark.slow
@@ -69,16 +80,22 @@ SEED = int(os.environ.get("DOCMT_LEARNING_SEED", "1"))  # other seeds: a manual 
 SENT_STEPS = 1500  # the shared sentence Transformer
 CONCAT_STEPS = 4500  # the sense items need more than 3,000 on some CPUs (see above)
 DOC_STEPS = 3000  # Zhang's step 2 (theta_d), and the control's
-COATTN_WARM_UP_STEPS = 1000  # the co-attention alone on the frozen Transformer, every token kept
-COATTN_STEPS = 1000  # Li & Feng's cross-training, theta_s and theta_r phases alternating
+RNN_STEPS = 1500  # the RNN baseline (its later stages: Table 2's shares of it)
+COATTN_STEPS = 1000  # the co-attention trained on with a selection cost
 COATTN_PHASE = 100  # updates per phase
 SELECTION_COST = 0.02  # nats per kept context token in the selector's reward (reading L19)
+LR = 3e-3  # the first stage's peak lr; every later stage's is the table's ratio to it
+# The tables whose stage recipes these tests train at this scale (tests/learning_recipe.py): the
+# positive controls of those tables. Zhang's and the co-attention's tests are not there yet (their
+# `*_run` docstrings say why).
+RNN_TABLE = ("yamagishi/t2_de_en.yaml", "sh_src")
 SETTINGS = [
     f"data.corpus=synthetic:{NAME}", "vocab.type=word", "model.d_model=64", "model.heads=4",
-    "model.ffn_dim=256", "train.optim.warmup_steps=300", f"train.max_steps={SENT_STEPS}",
-    "train.val_every_steps=100000", "eval.valid_bleu=false", "decode.beam=1",
+    "model.ffn_dim=256", "train.val_every_steps=100000", "eval.valid_bleu=false", "decode.beam=1",
     "eval.contrastive=[corpus]", "eval.context_usage=true", f"train.seed={SEED}",
 ]
+PRECISION = os.environ.get("DOCMT_LEARNING_PRECISION")  # e.g. bf16-mixed: a manual robustness check
+SETTINGS += [f"train.precision={PRECISION}"] if PRECISION else []
 # Nats per target token: a model that uses its context; a blind one gets exactly 0. Measured, seed 1
 # (a 13-core-minute run on an AMD EPYC): concat cxmi 0.378 / random_ctx/cxmi 0.085; Zhang two-step
 # 0.0128 / 0.034 (its gate makes an empty context cheap, another document's costs more); contrastive
@@ -103,7 +120,77 @@ SETTINGS = [
 # first run, the cost (0.05 or 0.01) made the selector drop everything before the translator had
 # learnt to read the context (chance accuracy, cxmi 0), and an entropy bonus (0.02) kept it random.
 MIN_CXMI = 0.005
+
+
+def recipe_run(table: tuple[str, str], header: str, first_steps: int, stages: int | None = None,
+               **changes: dict) -> tuple[str, list[str]]:
+    """The run config (YAML) and settings of `table`'s stage recipe at this file's scale: `header`
+    (model and context), the table row's stages (the first `stages` of them) scaled so that the
+    first trains `first_steps` updates at peak LR; `changes` as in `learning_recipe.scaled`."""
+    recipe = table_recipe(*table)
+    recipe = TableRecipe(recipe.stages[:stages]) if stages else recipe
+    settings, train_yaml = scaled(recipe, first_steps, LR, **changes)
+    return header + train_yaml, settings
+
+
+SENT_SETTINGS = ["train.optim.warmup_steps=300", f"train.max_steps={SENT_STEPS}"]  # the `tiny` inverse sqrt
 SENT_STAGE = "sent: {arch: transformer}"
+
+
+def sentence_run() -> tuple[str, list[str]]:
+    """The sentence Transformer, on the recipe the Zhang, concatenation and Flat tests were
+    calibrated on: the `tiny` profile's inverse square root, 300 warm-up updates."""
+    return (f"model: {{arch: transformer}}\ntrain:\n  stages: {{{SENT_STAGE}}}\n  schedule: [sent]\n",
+            SENT_SETTINGS)
+
+
+def zhang_run(trainable: list[str]) -> tuple[str, list[str]]:
+    """NOT AT TABLE 8'S RECIPE (yet). Table 8's step 2 scaled to this corpus (1,500 theta_d updates
+    per 1,500 of the Transformer, its own linear decay from the Transformer's peak, 1/9 of it
+    warm-up; experiments/sweeps/zhang_step2.yaml row `own1800`) resolved 100% of the items in seed
+    1 (cxmi 0.0054, random_ctx/cxmi 0.0138) but only the topic cue in seed 2 (63.4%: sense 100%,
+    pronouns 53-58%), and Table 8's earlier 300 of 1,800 nothing (55.0%): the recipe is not settled,
+    and a learning test must not pass by its seed. So this test keeps the recipe it was calibrated on
+    over 6 seeds: 3,000 theta_d updates continuing the Transformer's inverse square root (reading
+    Z9, which never reaches 0)."""
+    doc = (f"doc: {{arch: zhang_doc, init_from: sent, trainable: {json.dumps(trainable)}, "
+           f"continue_schedule: true, max_steps: {DOC_STEPS}}}")
+    return (f"model: {{arch: zhang_doc}}\ncontext: {{prev_sentences: 3}}\n"
+            f"train:\n  stages: {{{SENT_STAGE}, {doc}}}\n  schedule: [sent, doc]\n", SENT_SETTINGS)
+
+
+def single_stage_run(header: str) -> tuple[str, list[str]]:
+    """A model trained from scratch on the sentence Transformer's recipe, for CONCAT_STEPS updates."""
+    return header, ["train.optim.warmup_steps=300", f"train.max_steps={CONCAT_STEPS}"]
+
+
+def rnn_run(context: str, side: str) -> tuple[str, list[str]]:
+    """Yamagishi & Komachi's RNN (`yk_rnn`, document-order batches) at Table 2's recipe (the positive
+    control of `yamagishi/t2_*.yaml`): the baseline is stage `base` (no context); a context model
+    trains on from it (`ctx`, reading Y7) for Table 2's share of the base's updates."""
+    header = f"model: {{arch: yk_rnn, context: {context}}}\ncontext: {{side: {side}}}\n"
+    return recipe_run(RNN_TABLE, header, RNN_STEPS, stages=1 if context == "none" else None)
+
+
+COATTN_WARM_UP_STEPS = 1000  # the co-attention alone on the frozen Transformer, every token kept
+COATTN_CROSS_STEPS = 1000  # Li & Feng's cross-training, theta_s and theta_r phases alternating
+
+
+def coattn_run() -> tuple[str, list[str]]:
+    """NOT AT A TABLE'S RECIPE (yet): no recipe of Table 2 tried so far teaches the co-attention to
+    read its context here (seed 1, the recipe scaled by `learning_recipe.scaled`: 300 cross-training
+    updates of 1,800 49.2%, 1,800 of 1,800 44.8%, L23's warm-up 300 + 300 48.8%, 900 + 900 91.1% with
+    the sense items at 54.1%; experiments/sweeps/lifeng_stage.yaml). So this test keeps the recipe it
+    was calibrated on: its own sentence Transformer on the `tiny` profile's inverse square root
+    (300 warm-up updates), then the co-attention alone (`warm_up`, reading L23) and cross-training,
+    each continuing that schedule (which never reaches 0, trap K9)."""
+    warm_up = (f"warm_up: {{arch: lifeng_coattn, init_from: sent, continue_schedule: true, "
+               f"max_steps: {COATTN_WARM_UP_STEPS}, model: {{selection: all}}, trainable: ['coattn.*']}}")
+    coattn = (f"coattn: {{arch: lifeng_coattn, init_from: warm_up, continue_schedule: true, "
+              f"max_steps: {COATTN_CROSS_STEPS}}}")
+    return ("model: {arch: lifeng_coattn}\ncontext: {prev_sentences: 3}\n"
+            f"train:\n  stages: {{{SENT_STAGE}, {warm_up}, {coattn}}}\n  schedule: [sent, warm_up, coattn]\n",
+            SENT_SETTINGS)
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +199,13 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield tmp_path_factory.mktemp("learning")
 
 
-def fit(workspace: Path, name: str, body: str, *overrides: str) -> dict:
-    """Train the run config `body` (YAML) with the shared settings; its metrics and stage records."""
+def fit(workspace: Path, name: str, run: tuple[str, list[str]], *overrides: str) -> dict:
+    """Train `run` (a run config's YAML and its recipe settings) with the shared settings; its
+    metrics and stage records."""
+    body, recipe = run
     path = workspace / f"{name}.yaml"
     path.write_text(body)
-    cfg = config_lib.compose(path, [*SETTINGS, f"data.cache_dir={workspace / 'cache'}",
+    cfg = config_lib.compose(path, [*SETTINGS, *recipe, f"data.cache_dir={workspace / 'cache'}",
                                     f"logging.runs_dir={workspace / 'runs'}", *overrides],
                              profile="tiny")
     run_dir = train.fit_run(cfg)
@@ -178,22 +267,13 @@ def assert_context_blind(metrics: dict) -> None:
 
 @pytest.fixture(scope="module")
 def sentence(workspace: Path) -> dict:
-    return fit(workspace, "sentence", f"model: {{arch: transformer}}\ntrain:\n  stages: {{{SENT_STAGE}}}\n"
-               "  schedule: [sent]\n")
-
-
-def zhang_config(trainable: list[str]) -> str:
-    doc = (f"doc: {{arch: zhang_doc, init_from: sent, trainable: {json.dumps(trainable)}, "
-           f"continue_schedule: true, max_steps: {DOC_STEPS}}}")
-    return (f"model: {{arch: zhang_doc}}\ncontext: {{prev_sentences: 3}}\n"
-            f"train:\n  stages: {{{SENT_STAGE}, {doc}}}\n  schedule: [sent, doc]\n")
+    return fit(workspace, "sentence", sentence_run())
 
 
 def test_sentence_transformer_stays_at_the_ceiling_and_concat_beats_it(workspace, sentence, ceiling):
     assert_at_ceiling(sentence["metrics"]["contrastive/accuracy"], ceiling)
     assert_context_blind(sentence["metrics"])
-    concat = fit(workspace, "concat", "model: {arch: concat}\ncontext: {prev_sentences: 3}\n",
-                 f"train.max_steps={CONCAT_STEPS}")
+    concat = fit(workspace, "concat", single_stage_run("model: {arch: concat}\ncontext: {prev_sentences: 3}\n"))
     assert_uses_context(concat["metrics"], ceiling)
     assert_context_usage(concat["metrics"])
     assert abs(concat["metrics"]["cxmi/first"]) < 1e-6  # previous sentences only: none there
@@ -201,15 +281,14 @@ def test_sentence_transformer_stays_at_the_ceiling_and_concat_beats_it(workspace
 
 def test_flat_with_one_previous_and_one_next_sentence_beats_the_ceiling(workspace, sentence, ceiling):
     """Ma et al. 2020's window: the first sentence of a document has context too (the next one)."""
-    flat = fit(workspace, "flat", "model: {arch: flat}\n", "model.enc_layers=2",  # 1 bottom + 1 top
-               f"train.max_steps={CONCAT_STEPS}")
+    flat = fit(workspace, "flat", single_stage_run("model: {arch: flat}\n"), "model.enc_layers=2")  # 1 bottom + 1 top
     assert_beats_ceiling_on_what_its_window_holds(flat["metrics"], ceiling)
     assert_context_usage(flat["metrics"])
 
 
 def test_zhang_two_step_learns_from_context_while_its_frozen_stage_one_cannot(
         workspace, sentence, ceiling):
-    run = fit(workspace, "zhang", zhang_config(THETA_D_GLOBS))
+    run = fit(workspace, "zhang", zhang_run(THETA_D_GLOBS))
     assert run["stages"]["sent"]["reused"] is True  # the sentence run's Transformer, frozen
     assert run["stages"]["sent"]["key"] == sentence["stages"]["sent"]["key"]
     assert_uses_context(run["metrics"], ceiling)
@@ -221,7 +300,7 @@ def test_zhang_two_step_learns_from_context_while_its_frozen_stage_one_cannot(
 def test_zhang_without_context_attention_stays_at_the_ceiling(workspace, sentence, ceiling):
     """The control: the same two-step schedule and steps with both context attentions switched
     off; nothing reads the context, so step 2 trains every parameter (theta_d is empty)."""
-    run = fit(workspace, "zhang_off", zhang_config(["*"]), "model.context_attn.encoder=false",
+    run = fit(workspace, "zhang_off", zhang_run(["*"]), "model.context_attn.encoder=false",
               "model.context_attn.decoder=false")
     assert run["stages"]["sent"]["reused"] is True
     assert_at_ceiling(run["metrics"]["contrastive/accuracy"], ceiling)
@@ -267,52 +346,37 @@ def test_co_attention_uses_its_context_and_a_selection_cost_makes_it_select_the_
     (nothing in Eq. 29 asks it to drop any, reading L19). Then that model trained on with a cost
     per kept token (`rl.selection_cost`): the selector keeps few tokens, and the antecedent among
     them far above its share of the context."""
-    warm_up = (f"warm_up: {{arch: lifeng_coattn, init_from: sent, continue_schedule: true, "
-               f"max_steps: {COATTN_WARM_UP_STEPS}, model: {{selection: all}}, trainable: ['coattn.*']}}")
-    coattn = (f"coattn: {{arch: lifeng_coattn, init_from: warm_up, continue_schedule: true, "
-              f"max_steps: {COATTN_STEPS}}}")
     phases = [f"model.cross_training.translator_steps={COATTN_PHASE}",
               f"model.cross_training.selector_steps={COATTN_PHASE}", "model.rl.lr_scale=0.1"]
     header = "model: {arch: lifeng_coattn}\ncontext: {prev_sentences: 3}\n"
-    run = fit(workspace, "coattn", f"{header}train:\n  stages: {{{SENT_STAGE}, {warm_up}, {coattn}}}\n"
-              "  schedule: [sent, warm_up, coattn]\n", *phases)
+    run = fit(workspace, "coattn", coattn_run(), *phases)
     selection = antecedent_selection(Path(run["run_dir"]), "coattn")
     print(f"[learning] coattn (the paper's objective) antecedent selection: {selection}")
     assert_uses_context(run["metrics"], ceiling)
     assert_context_usage(run["metrics"])
 
     checkpoint = Path(run["run_dir"]) / "coattn" / "checkpoints" / "last.ckpt"
-    sparse = fit(workspace, "coattn_sparse", f"{header}train:\n  stages: {{sparse: {{arch: lifeng_coattn, "
-                 f"init_from: {checkpoint}, max_steps: {COATTN_STEPS}}}}}\n  schedule: [sparse]\n", *phases,
+    sparse = fit(workspace, "coattn_sparse", (f"{header}train:\n  stages: {{sparse: {{arch: lifeng_coattn, "
+                 f"init_from: {checkpoint}, max_steps: {COATTN_STEPS}}}}}\n  schedule: [sparse]\n", []), *phases,
                  f"model.rl.selection_cost={SELECTION_COST}", "train.optim.schedule=constant", "train.optim.lr=1e-3")
     selection = antecedent_selection(Path(sparse["run_dir"]), "sparse")
     print(f"[learning] coattn with a selection cost, antecedent selection: {selection}")
-    assert selection["kept"] <= 0.25 and selection["precision"] >= 5 * selection["base_rate"], selection
+    # The antecedent's share of the kept tokens against its share of the context (what a selector that
+    # keeps tokens at random gets): 7.8-9.5 times it in seeds 1-4 on an AVX-512 Xeon, 8.5 times with
+    # oneDNN held to AVX512_CORE_BF16 there, 3.8 times in seed 1 on an AMD EPYC; 2.5 times keeps a
+    # margin under every measurement and stays far above a blind selector's 1.
+    assert selection["kept"] <= 0.25 and selection["precision"] >= 2.5 * selection["base_rate"], selection
     for phenomenon in ("pronoun_d1", "pronoun_d2", "pronoun_d3"):
         assert sparse["metrics"][f"contrastive/{phenomenon}"] >= 0.75, (phenomenon, sparse["metrics"])
     assert sparse["metrics"]["cxmi"] >= MIN_CXMI, sparse["metrics"]
 
 
-RNN_STEPS = 1500  # the RNN baseline, and each shared model's further steps from it
-# the baseline, one stage for every side (context_side fixed: it would otherwise follow context.side)
-RNN_BASE_STAGE = "base: {arch: yk_rnn, model: {context: none, context_side: source}}"
-RNN_SETTINGS = ["train.optim.optimizer=adam", f"train.max_steps={RNN_STEPS}"]
-
-
-def rnn_config(context: str, side: str) -> str:
-    """Yamagishi & Komachi's RNN (`yk_rnn`, document-order batches): the baseline is stage `base`
-    (no context); a context model trains RNN_STEPS further steps from it (`ctx`, reading Y7)."""
-    stages, schedule = RNN_BASE_STAGE, "[base]"
-    if context != "none":
-        stages += f", ctx: {{arch: yk_rnn, init_from: base, max_steps: {RNN_STEPS}}}"
-        schedule = "[base, ctx]"
-    return (f"model: {{arch: yk_rnn, context: {context}}}\ncontext: {{side: {side}}}\n"
-            f"train:\n  stages: {{{stages}}}\n  schedule: {schedule}\n")
+RNN_SETTINGS = ["train.optim.optimizer=adam"]  # the `cpu` profile's, as in Table 2 (reading Y17)
 
 
 @pytest.fixture(scope="module")
 def rnn_baseline(workspace: Path) -> dict:
-    return fit(workspace, "rnn_base", rnn_config("none", "source"), *RNN_SETTINGS)
+    return fit(workspace, "rnn_base", rnn_run("none", "source"), *RNN_SETTINGS)
 
 
 @pytest.mark.parametrize("side", ["source", "target"])
@@ -326,17 +390,18 @@ def test_the_shared_context_rnn_beats_its_baseline_on_what_the_previous_sentence
     against another document's state, another document's state costs BLEU, and another example's
     context loses at least half its gain.
     The contrastive suite walks each candidate document in order (`evaluation/contrastive.py`).
-    NOT IN PAPER: Adam at this file's lr instead of AdaGrad at 0.01, so that the RNN learns in
-    this file's budget. Measured, seed 1 (one core, the machine busy): baseline 52.8% (its BLEU 98.0),
-    Sh-Src 73.6% (pronoun_d1 99.2%, sense 97.6%, d2 56.0%, d3 50.0%), 49.0% with another example's
-    context, cxmi 0.0228, random_ctx/cxmi 0.0310; Sh-Tgt 72.1% (99.2%, 97.6%, 49.1%, 50.8%), 52.8%,
-    cxmi 0.0114, random_ctx/cxmi 0.0281; 95 s for the baseline, 111 s and 186 s for Sh-Src and
-    Sh-Tgt (the decoder states make the target carry slower). With another document's state, test
-    BLEU fell by 1.52 (Sh-Src) and 1.46 (Sh-Tgt) in a later run (98.98 and 98.92 with their own)."""
+    NOT IN PAPER: Adam, as Table 2 at the `cpu` profile (reading Y17), instead of AdaGrad at 0.01.
+    The stages follow Table 2's recipe (`rnn_run`): the base 1,500 updates of a linear decay, then
+    `ctx` a third of that (500 updates) on a schedule of its own. Measured at that recipe, seed 1,
+    on an AVX-512 Xeon: baseline 52.8% (its BLEU 98.0); Sh-Src 72.7% (pronoun_d1 100%, sense
+    100%), 51.9% with another example's context, cxmi 0.0129, random_ctx/cxmi 0.0175, random-context
+    BLEU -1.14; Sh-Tgt 72.7% (99.2%, 100%), 52.6%, cxmi 0.0064, random_ctx/cxmi 0.0144, -1.21 (176 s
+    for the three runs). At the earlier recipe (1,500 further updates continuing the inverse square
+    root) Sh-Src had 73.6% and cxmi 0.0228, Sh-Tgt 72.1% and 0.0114."""
     base = rnn_baseline["metrics"]
     assert_at_ceiling(base["contrastive/accuracy"], ceiling)
     assert_context_blind(base)
-    shared = fit(workspace, f"rnn_shared_{side}", rnn_config("shared", side), *RNN_SETTINGS)
+    shared = fit(workspace, f"rnn_shared_{side}", rnn_run("shared", side), *RNN_SETTINGS)
     metrics = shared["metrics"]
     assert shared["stages"]["base"]["reused"] is True  # trained on from the very baseline above
     assert metrics["contrastive/accuracy"] >= base["contrastive/accuracy"] + ceiling["tolerance"], metrics

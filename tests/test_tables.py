@@ -159,7 +159,7 @@ def test_context_columns_are_explained_under_the_table_and_only_when_shown(table
     assert "Context columns" not in plain
     legend = with_context.split("Context columns (on the test split):\n\n", 1)[1].split("\n\n", 1)[0]
     assert legend.splitlines() == [f"- `{m}`: {METRIC_MEANINGS[m]}" for m in shown]
-    assert "another document's" in METRIC_MEANINGS["random_ctx/cxmi"]
+    assert "another collection" in METRIC_MEANINGS["random_ctx/cxmi"]
 
 
 def test_run_provenance_groups_runs_by_precision_device_torch_and_code(tmp_path):

@@ -64,8 +64,8 @@ METRIC_MEANINGS = {
             "(nats per target token, the same model); 0 for a model that reads no context",
     "cxmi/first": "`cxmi` over the first sentences of documents (0 unless the model reads next sentences)",
     "cxmi/rest": "`cxmi` over the other sentences",
-    "random_ctx/cxmi": "how much more likely the references are with the real context than with a "
-                       "document of another collection's: near 0 when the model reads only that there is context, near `cxmi` "
+    "random_ctx/cxmi": "how much more likely the references are with the real context than with the "
+                       "context of a document of another collection (book): near 0 when the model reads only that there is context, near `cxmi` "
                        "or above when it reads what its own context says",
     "random_ctx/bleu": "test BLEU decoded with the context of a document of another collection (book)",
     "random_ctx/bleu_delta": "`random_ctx/bleu` minus the real context's BLEU decoded in the same path "
