@@ -100,6 +100,14 @@ def test_gate_stats_count_real_positions_only():
     assert gate_stats([]) == {}
 
 
+def test_gate_stats_are_summed_in_float32():
+    """A bf16 lambda (as under bf16 autocast): 9,999 entries of 0.99609375 (bf16's nearest to 0.998)
+    summed and divided in bf16 give a mean of exactly 1, every gate seemingly shut for good."""
+    gate = torch.full((1, 9999, 1), 0.998, dtype=torch.bfloat16)
+    stats = gate_stats([(gate, torch.ones(1, 9999, dtype=torch.bool))])
+    assert stats["gate_mean"].item() == pytest.approx(0.99609375, abs=1e-6)
+
+
 def test_the_loss_reports_how_open_every_gate_was():
     """`gate_mean` and `gate_shut` over every encoder and decoder gate's real positions; a held
     gate reports its constant; the residual variant has no gate to report."""

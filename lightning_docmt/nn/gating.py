@@ -66,6 +66,7 @@ def gate_stats(gates: list[tuple[Tensor, Tensor]]) -> dict[str, Tensor]:
     lambda entries above `SHUT_LAMBDA`, where the sigmoid passes almost no gradient."""
     total = opened = shut = None
     for gate, real in gates:
+        gate = gate.float()  # under bf16 autocast a bf16 sum of lambdas can exceed 1
         mask = real.unsqueeze(-1).expand_as(gate)  # (B, T, D)
         entries, value, closed = mask.sum(), (gate * mask).sum(), (gate.gt(SHUT_LAMBDA) & mask).sum()
         total = entries if total is None else total + entries
