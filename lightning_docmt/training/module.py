@@ -373,8 +373,9 @@ class DocMTModule(pl.LightningModule):
                              if reads_reference_target(self.cfg) else None)
         self._eval_records = []
         self._eval_sums = torch.zeros(3, device=self.device)
-        groups = document_groups(self.trainer.datamodule.split(split).doc_ids)
-        self._carried_usage = CarriedContextUsage(torch.from_numpy(groups), self.device)
+        groups = (torch.from_numpy(document_groups(self.trainer.datamodule.split(split).doc_ids))
+                  if self._scores_carried_context() else torch.zeros(0, dtype=torch.long))
+        self._carried_usage = CarriedContextUsage(groups, self.device)
         self._decode_stats.zero_()
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
