@@ -132,15 +132,20 @@ def test_an_archived_table_rebuilds_without_training(table_dir, tmp_path):
         assert all(cells[(row, "test/bleu")].get("p_values") for row in tested), cells
 
 
-@pytest.mark.parametrize("grid_dir", archived_grids(), ids=lambda p: p.name)
-def test_an_archived_grid_is_what_its_archived_runs_give(grid_dir, tmp_path):
-    """The committed grid report equals the one written now from the archived runs of its parts
-    (every seed found): a part table archived later must be followed by a rebuilt grid."""
-    grid = load_grid(grid_files()[grid_dir.name])
+@pytest.mark.parametrize("grid_id", sorted(grid_files()))
+def test_an_archived_grid_is_what_its_archived_runs_give(grid_id, tmp_path):
+    """A grid is archived once any of its part tables is, and the committed grid report equals the
+    one written now from the archived runs of its parts (every seed found): a part table archived
+    later must be followed by a rebuilt grid."""
+    grid = load_grid(grid_files()[grid_id])
+    parts = [part.table.id for part in grid.parts if (ARCHIVE / part.table.id).is_dir()]
+    grid_dir = ARCHIVE / grid_id
+    assert grid_dir.is_dir() == bool(parts), (grid_id, parts)
+    if not parts:
+        return  # nothing of it measured with today's recipe yet (a superseded grid: superseded/)
     results = tmp_path / "results"
-    for part in grid.parts:
-        if (ARCHIVE / part.table.id).is_dir():
-            shutil.copytree(ARCHIVE / part.table.id, results / part.table.id)
+    for part in parts:
+        shutil.copytree(ARCHIVE / part, results / part)
     rebuilt = write_grid(grid, results)
     with open(rebuilt["csv"], newline="") as now, open(grid_dir / "table.csv", newline="") as committed:
         assert list(csv.DictReader(now)) == list(csv.DictReader(committed))
