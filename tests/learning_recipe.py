@@ -19,7 +19,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.tables.spec import compose_row
-from lightning_docmt.training.run import stage_config, stage_steps
+from lightning_docmt.training.run import stage_config, stage_lr
+from lightning_docmt.training.trainer import stage_steps
 from tests.experiment_files import EXPERIMENTS
 
 TABLE_PROFILE = "cpu"  # the profile the tables are measured at
@@ -45,11 +46,6 @@ class TableRecipe:
     @property
     def first(self) -> StageRecipe:
         return self.stages[0]
-
-
-def stage_lr(scfg: DictConfig, name: str) -> float:
-    own = scfg.train.stages[name].lr
-    return float(own if own is not None else scfg.train.optim.lr)
 
 
 def recipe_of(cfg: DictConfig) -> TableRecipe:

@@ -54,7 +54,8 @@ from lightning_docmt.training.schedules import CONTINUATION_FLOOR, NEEDS_TOTAL, 
 from lightning_docmt.training.speed import train_speed_metrics
 from lightning_docmt.training.stage_start import first_damage, initial_damage
 from lightning_docmt.training.update_size import update_size
-from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric, resolve_precision
+from lightning_docmt.training.trainer import (RESUME_NAME, build_trainer, monitor_metric, resolve_precision,
+                                              stage_steps)
 
 STAGE_FORMAT_VERSION = 1
 STAGE_MARKER = "stage.json"  # {"key": stage key} in a stage's run directory: what may resume there
@@ -106,6 +107,13 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     scfg = OmegaConf.structured(RunConfig(model=config_class(arch=arch)))
     scfg.merge_with(container)
     return scfg
+
+
+def stage_lr(scfg: DictConfig, name: str) -> float:
+    """The stage's lr in the units of `train.optim.lr` (`train.stages.<name>.lr` overrides it): the
+    peak of a warm-up schedule, the multiplier of the inverse square root."""
+    own = scfg.train.stages[name].lr
+    return float(own if own is not None else scfg.train.optim.lr)
 
 
 def check_pretrained_lr_scale(scfg: DictConfig, name: str, phases: list) -> None:
@@ -319,12 +327,6 @@ def check_stages(cfg: DictConfig) -> None:
         stages[name] = (scfg, names)
 
 
-def stage_steps(scfg: DictConfig, name: str) -> int:
-    """The updates a stage is set to train (its `max_steps`, else `train.max_steps`)."""
-    own = scfg.train.stages[name].max_steps
-    return int(own if own > 0 else scfg.train.max_steps)
-
-
 def check_continuation(scfg: DictConfig, name: str, names: list[str],
                        parent: tuple[DictConfig, list[str]] | None) -> None:
     """A stage with `continue_schedule` trains at what is left of its parent's schedule (trap K9):
@@ -338,7 +340,7 @@ def check_continuation(scfg: DictConfig, name: str, names: list[str],
     parent_cfg, parent_names = parent
     parent_name = stage.init_from
     optim = scfg.train.optim
-    lr = stage.lr if stage.lr is not None else optim.lr
+    lr = stage_lr(scfg, name)
     steps, offset = stage_steps(scfg, name), stage_steps(parent_cfg, parent_name)
     if steps <= 0 or offset <= 0:
         return  # bounded by epochs or time: the length is not known before training
@@ -350,8 +352,9 @@ def check_continuation(scfg: DictConfig, name: str, names: list[str],
                f"({lrs['first'] / lrs['peak']:.2f} of the peak {lrs['peak']:.3g}), summed lr {lrs['sum']:.3g}")
     if new and optim.schedule in NEEDS_TOTAL and lrs["first"] < CONTINUATION_FLOOR * lrs["peak"]:
         raise DocMTInputError(
-            f"{numbers}: too little for the {len(new)} new parameter tensors it trains; give the stage a "
-            f"schedule of its own (continue_schedule: false, optim.warmup_steps below max_steps; trap K9)",
+            f"{numbers}: a stage that trains {len(new)} new parameter tensors may not start a decaying schedule "
+            f"below {CONTINUATION_FLOOR} of its peak; give the stage a schedule of its own (continue_schedule: "
+            f"false, optim.warmup_steps below max_steps; trap K9)",
             key=f"train.stages.{name}.continue_schedule")
     progress(f"stage '{name}': {numbers}")
 

@@ -104,6 +104,13 @@ def _wandb_logger(cfg: DictConfig, out_dir: Path) -> Logger | None:
         return None
 
 
+def stage_steps(cfg: DictConfig, name: str | None) -> int:
+    """The updates stage `name` is set to train: its `max_steps`, else `train.max_steps` (also
+    for no stage)."""
+    own = cfg.train.stages[name].max_steps if name is not None else -1
+    return int(own if own > 0 else cfg.train.max_steps)
+
+
 def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_test: bool = False
                   ) -> tuple[pl.Trainer, ModelCheckpoint]:
     """The Trainer of stage `stage_name` of `train.stages` (None: no stage, e.g. for testing)."""
@@ -126,7 +133,7 @@ def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_te
     if for_test:
         kwargs.update(logger=False, enable_checkpointing=False)
     else:
-        max_steps = stage.max_steps if stage is not None and stage.max_steps > 0 else train.max_steps
+        max_steps = stage_steps(cfg, stage_name)
         max_epochs = stage.max_epochs if stage is not None and stage.max_epochs else train.max_epochs
         if max_steps <= 0 and max_epochs is None and train.max_time_minutes is None:
             raise DocMTInputError("no training limit: set train.max_steps, train.max_epochs or "
