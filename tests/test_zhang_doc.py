@@ -261,6 +261,33 @@ def test_without_context_attention_it_is_the_transformer():
     assert torch.equal(model(batch), transformer(batch))
 
 
+@pytest.mark.parametrize("encoder,decoder,gating", [(e, d, g) for (e, d) in WITH_CONTEXT for g in (False, True)])
+def test_an_intact_start_leaves_the_sentence_model_s_outputs_unchanged(encoder, decoder, gating):
+    """Reading Z17: with `context_init: intact` a step-2 model loaded from the Transformer scores every
+    token as the Transformer does (LN(0.5 H) = LN(H) up to LayerNorm's epsilon); the paper's
+    initialisation moves the logits by far more (the initial damage of reading Z16)."""
+    torch.manual_seed(5)
+    transformer = TransformerSeq2Seq(TransformerConfig(**SIZES), VOCAB, VOCAB).eval()
+    batch = doc_batch()
+    reference = transformer(batch)
+    gaps = {}
+    for init in ("paper", "intact"):
+        model = zhang_model(encoder, decoder, gating, context_init=init)
+        model.load_state_dict(transformer.state_dict(), strict=False)
+        gaps[init] = (model(batch) - reference).abs().max().item()
+    assert gaps["intact"] < 1e-4 < 0.1 < gaps["paper"], gaps
+    model = zhang_model(encoder, decoder, gating, context_init="intact").train()
+    model.load_state_dict(transformer.state_dict(), strict=False)
+    model(batch).logsumexp(-1).sum().backward()  # the context read learns from the first update
+    out_proj = [p.grad for n, p in model.named_parameters() if n.endswith("context_attn.fn.attn.out_proj.weight")]
+    assert out_proj and all(g is not None and g.abs().sum() > 0 for g in out_proj)
+
+
+def test_an_unknown_context_init_is_refused_with_its_key():
+    with pytest.raises(DocMTInputError, match="model.context_init"):
+        zhang_model(context_init="zeros")
+
+
 # Context encoder input (reading Z3) and configuration
 
 

@@ -55,6 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+import torch
 from torch import Tensor
 
 from lightning_docmt.data.batch import PAD_ID
@@ -103,6 +104,7 @@ class ZhangDocConfig(TransformerConfig):
     context_attn: ContextAttnConfig = field(default_factory=ContextAttnConfig)
     context_gating: bool = True  # Table 9: true = Eqs. 21-22, false = residual (Eq. 20)
     gate_hold: Optional[float] = None  # NOT IN PAPER, reading Z15: a constant lambda instead of Eq. 22
+    context_init: str = "paper"  # "intact" (NOT IN PAPER, reading Z17): context reads start at zero
 
 
 @dataclass
@@ -122,10 +124,27 @@ class ZhangEncoderState(EncoderState):
         return memories
 
 
+CONTEXT_INITS = ("paper", "intact")
+
+
 def context_attention_block(cfg: ZhangDocConfig) -> ResidualBlock:
-    """Multi-head attention over C^(Nc) with the gate (Eqs. 21-22) or the residual (Eq. 20) as integration."""
-    return cross_attention_block(cfg, memory=CONTEXT_MEMORY,
-                                 integrate=ContextGate(cfg.d_model, cfg.gate_hold) if cfg.context_gating else None)
+    """Multi-head attention over C^(Nc) with the gate (Eqs. 21-22) or the residual (Eq. 20) as integration.
+
+    `context_init: intact` (NOT IN PAPER, reading Z17) zeroes the attention's output projection and
+    the gate's W_i and W_s: the context read U starts at 0 and lambda at 0.5 everywhere, so the
+    post-LayerNorm block gives LN(0.5 H) = LN(H) (scale invariance) and LN(H + 0) = LN(H) ungated.
+    The sentence model's outputs are unchanged when step 2 starts, and every gate sits where the
+    sigmoid's slope is largest instead of where the untrained read pushes it shut (reading Z16).
+    """
+    block = cross_attention_block(cfg, memory=CONTEXT_MEMORY,
+                                  integrate=ContextGate(cfg.d_model, cfg.gate_hold) if cfg.context_gating else None)
+    if cfg.context_init == "intact":
+        with torch.no_grad():
+            block.fn.attn.out_proj.weight.zero_()  # U = 0 (its bias is zero already)
+            if cfg.context_gating:
+                block.integrate.input_proj.weight.zero_()  # W_i = 0
+                block.integrate.context_proj.weight.zero_()  # W_s = 0: lambda = sigmoid(0) = 0.5
+    return block
 
 
 @register_arch("zhang_doc", ZhangDocConfig)
@@ -147,6 +166,9 @@ class ZhangDocSeq2Seq(TransformerSeq2Seq):
         if cfg.gate_hold is not None and not (cfg.context_gating and 0.0 < cfg.gate_hold < 1.0):
             raise DocMTInputError("must be a lambda strictly between 0 and 1, with model.context_gating "
                                   f"on (got {cfg.gate_hold})", key="model.gate_hold")
+        if cfg.context_init not in CONTEXT_INITS:
+            raise DocMTInputError(f"must be one of {', '.join(CONTEXT_INITS)}, got {cfg.context_init!r}",
+                                  key="model.context_init")
         if cfg.context_attn.encoder:
             for layer in self.encoder.layers:
                 layer.insert("context_attn", context_attention_block(cfg), before="ffn")  # Eq. 12
