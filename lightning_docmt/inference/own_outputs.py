@@ -13,9 +13,10 @@ sentences the model itself translated, as its test BLEU reads them.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
+import torch
 
 from lightning_docmt.data.cache import BinarizedSplit
 
@@ -53,6 +54,22 @@ class OutputTokens:
 
     def __getitem__(self, i: int) -> np.ndarray:
         return self._outputs[i]
+
+
+def gathered(outputs: OutputTokens) -> OutputTokens:
+    """Every rank's translations in one `OutputTokens` (a collective under DDP: call it on every
+    rank; `outputs` itself outside one). Each rank decodes its own documents, so a sentence is
+    filled on the rank that translated it and empty on the others: the merge keeps what is filled."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return outputs
+    mine = [(i, outputs[i].tolist()) for i in range(len(outputs)) if len(outputs[i])]
+    parts: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(parts, mine)
+    merged = OutputTokens(len(outputs))
+    for part in parts:
+        for index, ids in part:
+            merged.record(index, ids)
+    return merged
 
 
 class WithOwnTargets:

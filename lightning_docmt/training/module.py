@@ -46,7 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_docmt.data.collate import collate
 from lightning_docmt.data.context_anchors import document_groups
 from lightning_docmt.inference import decoding
-from lightning_docmt.inference.own_outputs import OutputTokens, WithOwnTargets
+from lightning_docmt.inference.own_outputs import OutputTokens, WithOwnTargets, gathered
 from lightning_docmt.inference.reference_context import reads_reference_target
 
 from lightning_docmt.evaluation import metrics
@@ -417,19 +417,7 @@ class DocMTModule(pl.LightningModule):
         """The model's own translations of the split its last evaluation loop decoded, every rank's
         (a collective under DDP: call it on every rank), for a model with target-side context
         (`reads_reference_target`); None for the others."""
-        if self._own_targets is None:
-            return None
-        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-            return self._own_targets
-        mine = [(i, self._own_targets[i].tolist()) for i in range(len(self._own_targets))
-                if len(self._own_targets[i])]
-        parts: list[Any] = [None] * torch.distributed.get_world_size()
-        torch.distributed.all_gather_object(parts, mine)
-        merged = OutputTokens(len(self._own_targets))
-        for part in parts:
-            for index, ids in part:
-                merged.record(index, ids)
-        return merged
+        return None if self._own_targets is None else gathered(self._own_targets)
 
     def _scores_carried_context(self) -> bool:
         """The test loop of a carrying model scores its context usage itself (`eval.context_usage`):
