@@ -25,6 +25,8 @@ Readings (docs/papers/zhang2018.md section 8):
 - Z10: freezing theta_s does not switch its dropout off; nothing here depends on freezing.
 - NOT IN PAPER, Z15: `gate_hold` holds every gate's lambda at a constant (a warm-up stage that trains
   the context read while the gate cannot shut; the gate weights stay frozen there, `GATE_GLOBS`).
+- NOT IN PAPER, Z17: `context_init: intact` starts every context read at zero and every gate at
+  lambda 0.5, so that step 2 begins from the sentence model's own outputs (`context_attention_block`).
 
 How open the gates are is logged per update (`train/gate_mean`, `train/gate_shut`, over the real
 positions of every gated sublayer, `nn/gating.gate_stats`): in step 2 a gate that shuts (lambda -> 1)
