@@ -398,7 +398,7 @@ def test_the_shared_context_rnn_beats_its_baseline_on_what_the_previous_sentence
     AVX2-held float32 seed 1 73.2 / 72.5%; Sh-Tgt float32 seeds 1-3 73.0 / 68.1 / 76.1%, bf16 and
     AVX2-held float32 seed 2 70.3 / 68.3%; in those 11 runs pronoun_d1 >= 99.2% and sense >= 92.9%,
     49.7-55.4% with another example's context, cxmi 0.0095-0.028 (Sh-Src) and 0.0082-0.014
-    (Sh-Tgt; MIN_CXMI 0.005), random_ctx/cxmi 0.020-0.038, random-context BLEU -1.1 to -1.8.
+    (Sh-Tgt; MIN_CXMI 0.005), random_ctx/cxmi 0.019-0.038, random-context BLEU -1.1 to -1.8.
     Table 2's earlier `ctx` of a third of the base (500 updates here) failed seed 3 (Sh-Src pronoun_d1 60%: the topic cue
     only), also at a quarter of the peak lr (experiments/sweeps/yk_rnn_ctx_stage.yaml)."""
     base = rnn_baseline["metrics"]
