@@ -12,6 +12,7 @@ that only global rank zero writes, while every rank still trains. Every rank sha
 from __future__ import annotations
 
 import os
+from typing import Any
 import sys
 
 import torch
@@ -61,3 +62,12 @@ def agree_on_exit_status(status: int) -> int:
     # ("terminate called without an active exception", status -6).
     torch.distributed.destroy_process_group()
     return next((s for s in statuses if s != 0), 0)
+
+
+def gather_objects(value: Any) -> list[Any]:
+    """Every rank's `value` (picklable), in rank order; `[value]` outside a distributed run."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return [value]
+    gathered: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(gathered, value)
+    return gathered

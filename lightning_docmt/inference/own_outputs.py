@@ -13,12 +13,13 @@ sentences the model itself translated, as its test BLEU reads them.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from lightning_docmt.data.cache import BinarizedSplit
+from lightning_docmt.distributed import gather_objects
 
 
 class OutputTokens:
@@ -62,11 +63,8 @@ def gathered(outputs: OutputTokens) -> OutputTokens:
     filled on the rank that translated it and empty on the others: the merge keeps what is filled."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return outputs
-    mine = [(i, outputs[i].tolist()) for i in range(len(outputs)) if len(outputs[i])]
-    parts: list[Any] = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(parts, mine)
     merged = OutputTokens(len(outputs))
-    for part in parts:
+    for part in gather_objects([(i, outputs[i].tolist()) for i in range(len(outputs)) if len(outputs[i])]):
         for index, ids in part:
             merged.record(index, ids)
     return merged

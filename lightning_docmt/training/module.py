@@ -44,6 +44,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.data.collate import collate
+from lightning_docmt.distributed import gather_objects
 from lightning_docmt.data.context_anchors import document_groups
 from lightning_docmt.inference import decoding
 from lightning_docmt.inference.own_outputs import OutputTokens, WithOwnTargets, gathered
@@ -534,11 +535,3 @@ class DocMTModule(pl.LightningModule):
             (out_dir / f"{split}.{kind}.txt").write_text("".join(t + "\n" for t in lines), encoding="utf-8")
         (out_dir / f"{split}.signature.json").write_text(json.dumps(signatures) + "\n")
 
-
-def gather_objects(value: Any) -> list[Any]:
-    """Every rank's `value` (picklable), in rank order; `[value]` outside a distributed run."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return [value]
-    gathered: list[Any] = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(gathered, value)
-    return gathered
