@@ -2,7 +2,7 @@
 
 Two implementation choices make CPU training about 1.6x faster per step (`cpu` profile):
 
-- the loss fused with the output projection (`lightning_docmt/output_loss.py`) against the plain
+- the loss fused with the output projection (`lightning_docmt/nn/output_loss.py`) against the plain
   label-smoothed loss over the whole (tokens, V) logits (`losses.label_smoothed_nll`);
 - PyTorch's math attention kernel (`nn/attention.py`) against its CPU flash-attention kernel.
 
@@ -34,7 +34,7 @@ from torch.nn.attention import SDPBackend  # noqa: E402
 
 from lightning_docmt.inference import decoding  # noqa: E402
 from lightning_docmt.config.composition import compose  # noqa: E402
-from lightning_docmt.data.batch import PAD_ID  # noqa: E402
+from lightning_docmt.batch import PAD_ID  # noqa: E402
 from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
 from lightning_docmt.training.losses import label_smoothed_nll  # noqa: E402
 from lightning_docmt.nn import attention  # noqa: E402

@@ -43,7 +43,7 @@ from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing  # noqa
 
 from lightning_docmt.inference import decoding  # noqa: E402
 from lightning_docmt.config.composition import compose  # noqa: E402
-from lightning_docmt.data.batch import EOS_ID, PAD_ID  # noqa: E402
+from lightning_docmt.batch import EOS_ID, PAD_ID  # noqa: E402
 from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS  # noqa: E402
 from lightning_docmt.training.run import build_module  # noqa: E402

@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from lightning_docmt.callbacks.staged_unfreezing import matches
 from lightning_docmt.config import composition as config_lib
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 from lightning_docmt.training.module import DocMTModule
 from tests.hook_stand_ins import ENTRIES, PHASE_GLOBS, register
 from tests.stage_fits import weights

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.training_hooks import CARRY_KEY, LossTerms, OptimizerPhase, OutputLoss
-from lightning_docmt.registry import ARCHS, ArchEntry
+from lightning_docmt.config.registry import ARCHS, ArchEntry
 
 PHASED, CARRYING = "phased_stand_in", "carrying_stand_in"
 PHASE_STEPS = 2

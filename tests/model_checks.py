@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 
 
 def assert_incremental_matches_full(model, batch: dict[str, torch.Tensor]) -> None:
@@ -44,8 +44,8 @@ def assert_padding_and_batching_invisible(model, batch: dict[str, torch.Tensor],
 def assert_beam_scores_are_log_probs_and_batching_invisible(model, batch: dict[str, torch.Tensor]) -> None:
     """Each of the 3 best hypotheses' log-probability is the teacher-forced one, and searching a
     row alone finds the same best hypothesis with the same score (`batch` has no target keys)."""
-    from lightning_docmt.data.batch import BOS_ID, EOS_ID
-    from lightning_docmt.evaluation.scoring import sequence_log_probs
+    from lightning_docmt.batch import BOS_ID, EOS_ID
+    from lightning_docmt.nn.scoring import sequence_log_probs
     from lightning_docmt.inference.decoding import beam_search, beam_search_nbest
 
     def padded(rows: list[list[int]]) -> torch.Tensor:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from lightning_docmt.registry import ARCHS, ArchEntry
+from lightning_docmt.config.registry import ARCHS, ArchEntry
 from lightning_docmt.config.schema import ModelConfig
 
 SENT, CTX = "stand_in_sent", "stand_in_ctx"

@@ -22,7 +22,7 @@ from lightning_docmt.data.vocab import WordVocab
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.translate import LoadedModel, explain_selection, translate_documents
 from lightning_docmt.training import run as train
-from lightning_docmt.training.model_hooks import CarriedState
+from lightning_docmt.nn.carried_state import CarriedState
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.trainer import MID_EPOCH_RESUME_WARNING
 from tests.hook_stand_ins import CARRYING, RESET, Sentence, hook_archs  # noqa: F401 (fixture)

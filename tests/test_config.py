@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from lightning_docmt.config import composition as config
 from lightning_docmt.config.composition import compose, config_hash, save_config, to_dataclass
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.registry import ARCHS, ArchEntry
+from lightning_docmt.config.registry import ARCHS, ArchEntry
 from lightning_docmt.config.schema import ModelConfig, RunConfig, StageConfig
 from tests.stand_in_archs import CTX, SENT, CtxConfig, SentConfig, StandInModel, stand_in_archs
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from lightning_docmt.data.batch import EOS_ID
+from lightning_docmt.batch import EOS_ID
 from lightning_docmt.data.collate import collate, row_lengths
 from lightning_docmt.data.context_anchors import document_groups, no_context, own_context, random_context
 from lightning_docmt.data.vocab import WordVocab

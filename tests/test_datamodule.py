@@ -10,7 +10,7 @@ import torch
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning_docmt.data import prepare as prepare_module
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.data.prepare import prepare
 from lightning_docmt.config.schema import ContextConfig, DataConfig, VocabConfig

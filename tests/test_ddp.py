@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.distributed import RANK_VARIABLES, progress
 from lightning_docmt.training.run import RUN_DIR_VARIABLE

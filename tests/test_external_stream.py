@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from lightning_docmt.config.composition import compose
 from lightning_docmt.config.schema import (ContextConfig, DataConfig, ExternalContextConfig,
                                            VocabConfig)
-from lightning_docmt.data.batch import EOS_ID, PAD_ID, SEP_ID
+from lightning_docmt.batch import EOS_ID, PAD_ID, SEP_ID
 from lightning_docmt.data.cache import build_cache, load_cache
 from lightning_docmt.data.collate import collate, row_lengths
 from lightning_docmt.data.datamodule import DocumentWindowDataModule

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from lightning_docmt.config import composition as config_lib
-from lightning_docmt.data.batch import EOS_ID, PAD_ID, SEP_ID
+from lightning_docmt.batch import EOS_ID, PAD_ID, SEP_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.context_usage import context_usage_metrics
 from lightning_docmt.evaluation.contrastive import score_suite
@@ -22,7 +22,7 @@ from lightning_docmt.inference.translate import LoadedModel, binarize_documents,
 from lightning_docmt.models.flat import CONTEXT_SEGMENT, CURRENT_SEGMENT, FlatConfig, FlatSeq2Seq
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.concatenation import join_rows
-from lightning_docmt.registry import get_arch, model_config
+from lightning_docmt.config.registry import get_arch, model_config
 from lightning_docmt.training.module import DocMTModule
 from tests.run_checks import assert_test_bleu_rescores
 from tests.cli_run import docmt, run_dir_of

@@ -16,7 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from lightning_docmt.data.batch import EOS_ID, PAD_ID
+from lightning_docmt.batch import EOS_ID, PAD_ID
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.synthetic import write_contrastive_suite
 from lightning_docmt.data.types import Document

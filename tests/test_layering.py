@@ -112,7 +112,7 @@ def test_the_lightning_check_sees_a_lightning_import():
 
 
 def test_importing_a_model_file_does_not_import_lightning():
-    code = ("import sys, lightning_docmt.models.zhang_doc, lightning_docmt.registry as r; "
+    code = ("import sys, lightning_docmt.models.zhang_doc, lightning_docmt.config.registry as r; "
             "r.import_all_archs(); print(sorted(r.ARCHS)); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 import tests.test_learning as learning
-from lightning_docmt.registry import import_all_archs
+from lightning_docmt.config.registry import import_all_archs
 from tests.learning_recipe import TableRecipe, recipe_of, table_recipe
 
 RUNS = {  # name: (table, row), the run's builder, its first stage's updates

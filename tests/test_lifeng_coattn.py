@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 import torch
 from torch import Tensor, nn
 
-from lightning_docmt.data.batch import EOS_ID, PAD_ID, SEP_ID
+from lightning_docmt.batch import EOS_ID, PAD_ID, SEP_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.lifeng_coattn import (SELECTOR_PHASE, THETA_R_GLOBS, THETA_S_GLOBS, TRANSLATOR_PHASE,
                                                   CoAttention, LiFengCoAttentionSeq2Seq, LiFengConfig, ReinforceConfig)
@@ -23,8 +23,8 @@ from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq
 from lightning_docmt.nn.context_sentences import pack_left, split_sentences
 from lightning_docmt.nn.hard_selection import HardSelector
 from lightning_docmt.training import trainer as trainer_factory
-from lightning_docmt.training.output_loss import output_label_smoothed_nll
-from lightning_docmt.training.reinforce import advantages, policy_loss
+from lightning_docmt.nn.output_loss import output_label_smoothed_nll
+from lightning_docmt.nn.reinforce import advantages, policy_loss
 from tests.cli_run import docmt, run_dir_of
 from tests.model_checks import (assert_beam_scores_are_log_probs_and_batching_invisible,
                                 assert_incremental_matches_full, assert_padding_and_batching_invisible)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_docmt.registry import import_all_archs
+from lightning_docmt.config.registry import import_all_archs
 from lightning_docmt.tables.report import FINISHED
 from lightning_docmt.tables.contrastive_columns import column_value
 from lightning_docmt.tables.runner import ARCHIVE_DIRNAME, METRICS_FILE, run_table

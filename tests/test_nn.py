@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 from lightning_docmt.nn.attention import AttentionCache, AttentionMemory, MultiHeadAttention, key_mask
 from lightning_docmt.nn.embedding import TokenEmbedding, sinusoidal_positions
 from lightning_docmt.nn.layers import FeedForward, LayerInputs, cross_attention_block, decoder_layer, encoder_layer

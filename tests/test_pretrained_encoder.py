@@ -19,7 +19,7 @@ import torch
 from safetensors import safe_open
 
 from lightning_docmt.config import composition as config_lib
-from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
+from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import Vocabulary, WordPieceVocab
@@ -29,8 +29,9 @@ from lightning_docmt.models.flat import FlatSeq2Seq
 from lightning_docmt.models.zhang_doc import ZhangDocSeq2Seq
 from lightning_docmt.nn.attention import key_mask
 from lightning_docmt.nn.layers import LayerInputs
-from lightning_docmt.nn.pretrained import PretrainedEmbedding, pretrained_dir
-from lightning_docmt.registry import get_arch, model_config
+from lightning_docmt.config.pretrained_files import pretrained_dir
+from lightning_docmt.nn.pretrained import PretrainedEmbedding
+from lightning_docmt.config.registry import get_arch, model_config
 from tests.run_checks import assert_test_bleu_rescores
 from tests.cli_run import docmt, run_dir_of
 from tests.corpus_fixtures import write_jsonl
@@ -343,3 +344,12 @@ def test_a_pretrained_lr_scale_that_cannot_work_is_one_clear_error_before_traini
     [line] = outcome.err.strip().splitlines()
     assert f"key '{key}'" in line
     assert set((corpus / "runs").glob("**/*.ckpt")) == before  # nothing trained
+
+
+def test_the_activations_a_config_may_name_are_those_the_layers_build():
+    """`config/pretrained_files.ACTIVATION_NAMES` (checked when a config is composed, without torch)
+    names exactly the functions of `nn/layers.ACTIVATIONS`."""
+    from lightning_docmt.config.pretrained_files import ACTIVATION_NAMES
+    from lightning_docmt.nn.layers import ACTIVATIONS
+
+    assert tuple(ACTIVATIONS) == ACTIVATION_NAMES

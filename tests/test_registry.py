@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 import lightning_docmt.models
-from lightning_docmt import registry
+from lightning_docmt.config import registry
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
@@ -70,7 +70,7 @@ def test_import_all_archs_imports_every_model_module(restored_registry, tmp_path
     models_dir.mkdir()
     (models_dir / "probe_arch_test.py").write_text(
         "from dataclasses import dataclass\n"
-        "from lightning_docmt.registry import register_arch\n"
+        "from lightning_docmt.config.registry import register_arch\n"
         "from lightning_docmt.config.schema import ModelConfig\n"
         "@dataclass\nclass ProbeConfig(ModelConfig):\n    probe: int = 3\n"
         "@register_arch('probe_arch_test', ProbeConfig)\nclass ProbeModule:\n    pass\n")

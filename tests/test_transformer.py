@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID
+from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.concat import ConcatConfig, ConcatSeq2Seq, concatenate_context
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
@@ -39,7 +39,7 @@ def sentence(length: int, generator: torch.Generator) -> list[int]:
 
 def random_batch(src_lengths: list[int], tgt_lengths: list[int], ctx_lengths: list[int] | None = None,
                  seed: int = 0) -> dict[str, Tensor]:
-    """A batch following `data/batch.py`; a context length of 0 gives the empty context `<eos>`."""
+    """A batch following `batch.py`; a context length of 0 gives the empty context `<eos>`."""
     g = torch.Generator().manual_seed(seed)
     targets = [sentence(n, g) for n in tgt_lengths]
     batch = {"src": padded([sentence(n, g) + [EOS_ID] for n in src_lengths]),

@@ -21,7 +21,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.training import run as train
 from lightning_docmt.training.update_size import update_size

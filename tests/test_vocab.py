@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID
+from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID
 from lightning_docmt.data.vocab import (
     SentencePieceVocab,
     Vocabulary,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID
+from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 from lightning_docmt.data.cache import build_cache, load_cache
 from lightning_docmt.data.collate import collate, row_lengths
 from lightning_docmt.data.types import Document

@@ -7,7 +7,7 @@ import pytest
 
 from lightning_docmt.config.composition import compose, to_dataclass
 from lightning_docmt.config.schema import DataConfig, VocabConfig
-from lightning_docmt.data.batch import SPECIAL_TOKENS, UNK_ID
+from lightning_docmt.batch import SPECIAL_TOKENS, UNK_ID
 from lightning_docmt.data.prepare import cache_layout
 from lightning_docmt.data.vocab import Vocabulary, WordVocab, build_vocabularies, split_words
 from lightning_docmt.errors import DocMTInputError

@@ -17,17 +17,17 @@ from torch import Tensor, nn
 
 from lightning_docmt.checkpoints import read_checkpoint
 from lightning_docmt.config.composition import compose
-from lightning_docmt.data.batch import EOS_ID, PAD_ID
+from lightning_docmt.batch import EOS_ID, PAD_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.yk_rnn import SharedContextRNN, YKRNNConfig, YKRNNSeq2Seq
 from lightning_docmt.nn.luong_attention import Memory, dot_attention
 from lightning_docmt.nn.seq2seq import select_rows
 from lightning_docmt.nn.training_hooks import CARRY_KEY
-from lightning_docmt.registry import model_config
-from lightning_docmt.training.model_hooks import CarriedState, map_tensors
+from lightning_docmt.config.registry import model_config
+from lightning_docmt.nn.carried_state import CarriedState, map_tensors
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.run import load_weights
-from lightning_docmt.training.output_loss import output_label_smoothed_nll
+from lightning_docmt.nn.output_loss import output_label_smoothed_nll
 from tests.model_checks import (assert_beam_scores_are_log_probs_and_batching_invisible,
                                 assert_incremental_matches_full, assert_padding_and_batching_invisible)
 from tests.run_env import single_process_run_env

@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import Tensor
 
-from lightning_docmt.data.batch import PAD_ID, SEP_ID
+from lightning_docmt.batch import PAD_ID, SEP_ID
 from lightning_docmt.inference.decoding import beam_search, greedy_search
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lightning_docmt.cli import commands
-from lightning_docmt.data.batch import EOS_ID
+from lightning_docmt.batch import EOS_ID
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.inference.decoding import beam_search, max_target_lengths
 from lightning_docmt.training.run import build_module

@@ -15,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
-from lightning_docmt.registry import import_all_archs
+from lightning_docmt.config.registry import import_all_archs
 from lightning_docmt.tables.spec import compose_row, load_table
 from lightning_docmt.training.run import stage_config, stage_key
 from lightning_docmt.training.update_size import update_size

@@ -19,7 +19,7 @@ DocMTInputError names the key path, the file and line or the override it came fr
 valid names. `trainer` (kwargs of `lightning.pytorch.Trainer`) and each stage's `data` and `optim` are free
 mappings; stage `data` and `optim` keys are checked against `DataConfig` and `OptimConfig` after merging.
 
-A pretrained encoder (`model.pretrained_encoder`, `nn/pretrained.py`) is resolved last: its
+A pretrained encoder (`model.pretrained_encoder`, `config/pretrained_files.py`) is resolved last: its
 checkpoint must be found offline (else one error naming the key), its sizes replace `d_model`,
 `heads`, `ffn_dim` and `enc_layers` whatever the layers said (a profile shrinks only the rest),
 `model.pretrained_layout` gets the rest of its config.json, `vocab.src_pretrained` names the same
@@ -47,10 +47,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.nn.pretrained import ENCODER_KEY, encoder_settings
-from lightning_docmt.registry import find_arch, unknown_arch_message
-from lightning_docmt.config.schema import DataConfig, OptimConfig, RunConfig
-from lightning_docmt.training.schedules import SCHEDULES
+from lightning_docmt.config.pretrained_files import ENCODER_KEY, encoder_settings
+from lightning_docmt.config.registry import find_arch, unknown_arch_message
+from lightning_docmt.config.schema import SCHEDULES, DataConfig, OptimConfig, RunConfig
 from lightning_docmt.config.yaml_file import YamlFile
 
 OPTIMIZERS = ("adam", "adagrad")  # train.optim.optimizer

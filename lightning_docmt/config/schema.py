@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+SCHEDULES = ("inverse_sqrt", "linear_warmup_inverse_sqrt", "linear_warmup_linear_decay", "constant")
+"""The lr schedules `train.optim.schedule` may name (their formulas: `training/schedules.py`)."""
+
 
 @dataclass
 class VocabConfig:
@@ -33,7 +36,7 @@ class VocabConfig:
 @dataclass
 class ExternalContextConfig:
     """The context sentences tokenised a second time, for a pretrained context encoder
-    (docs/design.md section 5; batch keys `ctx_ext`, `ctx_ext_pad` in `data/batch.py`).
+    (docs/design.md section 5; batch keys `ctx_ext`, `ctx_ext_pad` in `batch.py`).
 
     A pretrained encoder (BERT-like, PEGASUS) reads its input in its own vocabulary, with its own
     special and padding ids, so its context cannot reuse `ctx_src`: `tokenizer` names the tokenizer

@@ -1,4 +1,4 @@
-"""Sentence indices -> the batch dict of `data/batch.py`.
+"""Sentence indices -> the batch dict of `batch.py`.
 
 `WindowDataset` is indexed by a whole batch (the list of sentence indices a batch sampler
 yields): the DataLoader runs with `batch_size=None` and the batch sampler as its `sampler`, so
@@ -17,18 +17,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID
+from lightning_docmt.batch import BOS_ID, EOS_ID, pad
 from lightning_docmt.data.cache import BinarizedSplit
 from lightning_docmt.data.context_anchors import ContextAnchors
 from lightning_docmt.data.windows import ExternalWindow, WindowSpec, context_lengths, context_window
-
-
-def pad(rows: Sequence[np.ndarray], value: int = PAD_ID) -> torch.Tensor:
-    """Right-pad 1-D int arrays with `value` into a (B, max_len) int64 tensor."""
-    out = np.full((len(rows), max(len(r) for r in rows)), value, dtype=np.int64)
-    for b, row in enumerate(rows):
-        out[b, :len(row)] = row
-    return torch.from_numpy(out)
 
 
 def context_tokens(split: BinarizedSplit, side: str):

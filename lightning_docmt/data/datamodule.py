@@ -1,6 +1,6 @@
 """`DocumentWindowDataModule`: corpora -> vocab + memory-mapped splits -> document-window batches.
 
-docs/design.md sections 5 and 7; batch layout in `data/batch.py`. `prepare_data` builds the caches
+docs/design.md sections 5 and 7; batch layout in `batch.py`. `prepare_data` builds the caches
 (Lightning runs it on one process per node; concurrent calls are safe), `setup` only opens memory
 maps (and builds what is missing, under the same locks, when `prepare_data` did not run), so every
 DDP rank and DataLoader worker shares the page cache instead of holding the corpus.

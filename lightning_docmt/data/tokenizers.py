@@ -25,7 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol, Sequence
 
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 from lightning_docmt.data.cachedir import content_key
 from lightning_docmt.data.corpora import split_query
 from lightning_docmt.data.vocab import Vocabulary

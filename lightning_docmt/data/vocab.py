@@ -1,7 +1,7 @@
 """Vocabularies: sentencepiece subwords (BPE or unigram), whitespace words, and a pretrained
 encoder's WordPiece vocabulary (docs/design.md section 5).
 
-Every vocabulary shares the special ids of the batch contract (`data/batch.py`): `<pad>`=0,
+Every vocabulary shares the special ids of the batch contract (`batch.py`): `<pad>`=0,
 `<unk>`=1, `<s>`=2, `</s>`=3, `<sep>`=4. `encode` never adds `<s>`/`</s>`; the collator does.
 Word vocabularies serve the word-unit rows of Li & Feng (2019), Table 2 (30K words per side).
 The paper segments Chinese with ICTCLAS, which is unavailable: `vocab.word_split=han` makes every
@@ -26,7 +26,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 
-from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID
+from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID
+from lightning_docmt.config import pretrained_files
 from lightning_docmt.data.cachedir import build_once, content_key
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.schema import VocabConfig
@@ -311,10 +312,8 @@ class WordPieceVocab(Vocabulary):
 
     @classmethod
     def from_pretrained(cls, name: str) -> WordPieceVocab:
-        """The vocabulary of the checkpoint `name` (a name or directory, `nn/pretrained.py`)."""
-        from lightning_docmt.nn.pretrained import pretrained_dir  # torch: only when a checkpoint is named
-
-        directory = pretrained_dir(name, SRC_PRETRAINED_KEY)
+        """The vocabulary of the checkpoint `name` (a name or directory, `config/pretrained_files.py`)."""
+        directory = pretrained_files.pretrained_dir(name, SRC_PRETRAINED_KEY)
         try:
             from transformers import AutoTokenizer
 
@@ -410,10 +409,8 @@ def vocab_key(cfg: VocabConfig, fingerprint: str, coverages: Coverages) -> str:
     if cfg.word_split != "whitespace":
         inputs["word_split"] = cfg.word_split
     if cfg.src_pretrained is not None:
-        from lightning_docmt.nn import pretrained  # torch: only then
-
-        inputs["src_pretrained"] = pretrained.fingerprint(pretrained.pretrained_dir(cfg.src_pretrained,
-                                                                                    SRC_PRETRAINED_KEY))
+        inputs["src_pretrained"] = pretrained_files.fingerprint(pretrained_files.pretrained_dir(cfg.src_pretrained,
+                                                                                            SRC_PRETRAINED_KEY))
     return content_key(inputs)
 
 

@@ -1,4 +1,4 @@
-"""Document windows around sentence i (docs/design.md section 5; layout in `data/batch.py`).
+"""Document windows around sentence i (docs/design.md section 5; layout in `batch.py`).
 
 Pure functions over the flat token arrays of `cache.TokenArray` (`ids`, `offsets`): the sentences
 of a document are contiguous, so the k previous sentences of sentence i are one slice
@@ -25,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 
-from lightning_docmt.data.batch import EOS_ID, SEP_ID
+from lightning_docmt.batch import EOS_ID, SEP_ID
 from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.schema import ContextConfig

@@ -45,14 +45,14 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 from lightning_docmt.data.cache import BinarizedSplit
 from lightning_docmt.data.collate import collate, row_lengths
 from lightning_docmt.data.context_anchors import (RANDOM_CONTEXT_SEED, ContextAnchors, document_groups,
                                                   no_context, own_context, random_context)
 from lightning_docmt.evaluation import metrics
 from lightning_docmt.data.sampler import TokenBudgetBatchSampler
-from lightning_docmt.evaluation.scoring import token_log_probs
+from lightning_docmt.nn.scoring import token_log_probs
 from lightning_docmt.inference.device import autocast_for
 from lightning_docmt.inference.own_outputs import OutputTokens, WithContextTargets
 from lightning_docmt.inference.translate import LoadedModel, check_sentence_by_sentence, collated

@@ -43,9 +43,9 @@ from lightning_docmt.data.types import Document
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.translate import (LoadedModel, batches, binarize_documents,
                                                   document_order_batches)
-from lightning_docmt.training.model_hooks import CarriedState
+from lightning_docmt.nn.carried_state import CarriedState
 from lightning_docmt.evaluation.named_suites import NAMED_SUITES, load_named_suite, named_suite
-from lightning_docmt.evaluation.scoring import sequence_log_probs
+from lightning_docmt.nn.scoring import sequence_log_probs
 
 
 def candidate_documents(examples: Sequence[dict]) -> tuple[list[Document], list[tuple[int, int]]]:

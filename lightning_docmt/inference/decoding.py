@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID
+from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID
 from lightning_docmt.nn.seq2seq import IncrementalSeq2Seq
 
 NEG_INF = float("-inf")

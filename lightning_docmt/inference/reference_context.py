@@ -1,6 +1,6 @@
 """No reference leak: a model that reads previous TARGET sentences is not tested with references.
 
-In every batch `ctx_tgt` holds the previous *reference* target sentences (`data/batch.py`): right
+In every batch `ctx_tgt` holds the previous *reference* target sentences (`batch.py`): right
 for training (teacher forcing), wrong for testing, where a model would read gold translations of
 the sentences before the one it translates (test BLEU inflated). So a decoding evaluation loop
 (`training/module.py`) and `docmt translate` (`inference/translate.py`) give such a model its own

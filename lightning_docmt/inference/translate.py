@@ -32,7 +32,7 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.own_outputs import OutputTokens, WithOwnTargets
 from lightning_docmt.inference.reference_context import reads_reference_target
 from lightning_docmt.nn.training_hooks import CARRY_KEY
-from lightning_docmt.training.model_hooks import CarriedState
+from lightning_docmt.nn.carried_state import CarriedState
 from lightning_docmt.training.module import DocMTModule
 
 DOCUMENTS_PER_BATCH = 128  # document-order translation: the documents decoded side by side

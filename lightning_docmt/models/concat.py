@@ -8,7 +8,7 @@ this model but `flat` with `model.unified=false model.segment_embedding=false`
 (`models/flat.py`): the same kind of encoder over the Flat-Transformer's own input (previous AND
 next sentences, no `<sep>`, reading F3), so that the ablation changes nothing else.
 
-Encoder input layout, per row, built from the batch contract (`data/batch.py`):
+Encoder input layout, per row, built from the batch contract (`batch.py`):
     ctx_src = c_1 ... c_M <eos>   (previous sentences, oldest first, as the DataModule joined them)
     src     = x_1 ... x_I <eos>
     input   = c_1 ... c_M <sep> x_1 ... x_I <eos>
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lightning_docmt.data.batch import PAD_ID, SEP_ID
+from lightning_docmt.batch import PAD_ID, SEP_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.concatenation import join_rows
-from lightning_docmt.registry import register_arch
+from lightning_docmt.config.registry import register_arch
 
 
 @dataclass

@@ -15,7 +15,7 @@ One encoder reads the current source sentence together with its surrounding sour
 Tables: T2 (Flat-Transformer row) and T3 (its ablation: `segment_embedding=false`, "w/o Segment";
 `unified=false segment_embedding=false`, "w/o Unified", reading F4).
 
-Input, per row, from the batch contract (`data/batch.py`): `ctx_src` (the previous sentences, oldest
+Input, per row, from the batch contract (`batch.py`): `ctx_src` (the previous sentences, oldest
 first) and `ctx_next` (the next ones, nearest first), each ending in `<eos>`:
     concat_order=doc_order (reading F2):  [x_<i ; x_i <eos> ; x_>i]   segments (ctx, cur, ctx)
     concat_order=context_first (Eq. 2):   [x_<i ; x_>i ; x_i <eos>]   segments (ctx, ctx, cur)
@@ -59,14 +59,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.attention import key_mask
 from lightning_docmt.nn.concatenation import JoinedRows, join_rows
 from lightning_docmt.nn.layers import LayerInputs
 from lightning_docmt.nn.seq2seq import EncoderState
-from lightning_docmt.registry import register_arch
+from lightning_docmt.config.registry import register_arch
 
 CONTEXT_SEGMENT = 0
 """Segment id of every context token, previous or next (reading F8)."""

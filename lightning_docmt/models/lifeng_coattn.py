@@ -19,7 +19,7 @@ Cross-training (section 3, step 3) is two optimizer phases (`nn/training_hooks.p
 - `theta_s`: z from the width-2 beam of the current selector (reading L1), cross entropy (Eq. 31);
   gradients reach the shared encoder through H^cur and H^doc.
 - `theta_r`: `rl.samples` Monte-Carlo draws of z per sentence, reward = the reference's probability
-  under theta_s (Eq. 29, `rl.reward`, `training/reinforce.py`), REINFORCE (Eq. 30).
+  under theta_s (Eq. 29, `rl.reward`, `nn/reinforce.py`), REINFORCE (Eq. 30).
 Evaluation and decoding select with the same width-2 beam (reading L10).
 
 Readings (docs/papers/lifeng2019.md section 7):
@@ -53,9 +53,9 @@ from typing import Iterator, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.evaluation.scoring import target_log_probs
+from lightning_docmt.nn.scoring import target_log_probs
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.attention import MultiHeadAttention, key_mask
 from lightning_docmt.nn.context_sentences import pack_left, split_sentences
@@ -65,8 +65,8 @@ from lightning_docmt.nn.layers import FeedForward, LayerInputs
 from lightning_docmt.nn.residual import LAYER_NORM_EPS
 from lightning_docmt.nn.seq2seq import EncoderState
 from lightning_docmt.nn.training_hooks import LossTerms, OptimizerPhase, OutputLoss
-from lightning_docmt.registry import register_arch
-from lightning_docmt.training.reinforce import REWARDS, advantages, policy_loss
+from lightning_docmt.config.registry import register_arch
+from lightning_docmt.nn.reinforce import REWARDS, advantages, policy_loss
 
 TRANSLATOR_PHASE = "theta_s"
 SELECTOR_PHASE = "theta_r"

@@ -44,14 +44,13 @@ import numpy as np
 from torch import Tensor, nn
 
 from lightning_docmt.config.schema import ModelConfig
-from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID
-from lightning_docmt.data.collate import pad
+from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID, pad
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.lstm import BiLSTMEncoder, LSTMState, between_layers
 from lightning_docmt.nn.luong_attention import AttentionalHidden, Memory, dot_attention
 from lightning_docmt.nn.seq2seq import DecoderCache, EncoderState, Seq2SeqModel
 from lightning_docmt.nn.training_hooks import CARRY_KEY, LossTerms, OutputLoss
-from lightning_docmt.registry import register_arch
+from lightning_docmt.config.registry import register_arch
 
 CONTEXTS = ("none", "separated", "shared")
 SIDE_MEMORIES = {"source": ("source",), "target": ("target",), "mix": ("source", "target")}

@@ -60,7 +60,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.attention import AttentionMemory, key_mask
@@ -69,7 +69,7 @@ from lightning_docmt.nn.layers import LayerInputs, TransformerLayer, Transformer
 from lightning_docmt.nn.residual import ResidualBlock
 from lightning_docmt.nn.seq2seq import EncoderState
 from lightning_docmt.nn.training_hooks import LossTerms, OutputLoss
-from lightning_docmt.registry import register_arch
+from lightning_docmt.config.registry import register_arch
 
 THETA_S_GLOBS = [
     "src_embed.*", "tgt_embed.*", "output.*",
@@ -188,7 +188,7 @@ class ZhangDocSeq2Seq(TransformerSeq2Seq):
         checkpoint's depth."""
         layers = super().pretrained_layers()
         if self.context_encoder is not None and self.layout is not None:
-            depth = self.cfg.enc_layers  # = the checkpoint's layer count (nn/pretrained.encoder_settings)
+            depth = self.cfg.enc_layers  # = the checkpoint's layer count (config/pretrained_files.encoder_settings)
             layers += [(f"context_encoder.layers.{k}", layer, k)
                        for k, layer in enumerate(self.context_encoder.layers) if k < depth]
         return layers

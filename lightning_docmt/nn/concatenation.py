@@ -15,7 +15,7 @@ from typing import NamedTuple, Sequence
 import torch
 from torch import Tensor
 
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 
 
 class JoinedRows(NamedTuple):

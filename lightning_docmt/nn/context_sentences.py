@@ -2,7 +2,7 @@
 
 `ctx_src` (B, C) holds the k previous source sentences joined into one row, oldest first, with the
 distance of every token's sentence in `ctx_src_seg` (1 = the previous sentence, k = the oldest; the
-batch contract, `data/batch.py`). Li & Feng 2019 encode every context sentence separately with the
+batch contract, `batch.py`). Li & Feng 2019 encode every context sentence separately with the
 sentence encoder (Eq. 15, reading L7), so each needs to look like a source sentence again: its own
 tokens followed by `<eos>`, positions from 0. `split_sentences` cuts the joined row back into
 sentences; `pack_left` then lays the encoded tokens of a row's sentences end to end again, with no
@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from lightning_docmt.data.batch import EOS_ID, PAD_ID, SEP_ID
+from lightning_docmt.batch import EOS_ID, PAD_ID, SEP_ID
 
 
 class ContextSentences(NamedTuple):

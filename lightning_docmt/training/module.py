@@ -1,7 +1,7 @@
 """`DocMTModule`: the one LightningModule that drives every architecture (docs/design.md section 7).
 
 An architecture file registers its `Seq2SeqModel` (the interface of `nn/seq2seq.py`, plain
-PyTorch) with its config dataclass (`registry.register_arch`); `DocMTModule` builds it from
+PyTorch) with its config dataclass (`config/registry.register_arch`); `DocMTModule` builds it from
 `model.arch` and owns everything Lightning does with it.
 
 The shared recipe: label-smoothed cross entropy, Adam with the schedules of `schedules.py`
@@ -52,17 +52,18 @@ from lightning_docmt.inference.reference_context import reads_reference_target
 
 from lightning_docmt.evaluation import metrics
 from lightning_docmt.evaluation.meteor import METEOR_NAME, corpus_meteor
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 from lightning_docmt.data.languages import bleu_tokenizer
-from lightning_docmt.training.output_loss import output_label_smoothed_nll
+from lightning_docmt.nn.output_loss import output_label_smoothed_nll
 from lightning_docmt.checkpoints import VOCAB_KEY, pack_vocabularies
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.seq2seq import Seq2SeqModel
 from lightning_docmt.nn.training_hooks import CARRY_KEY, LossTerms
-from lightning_docmt.registry import get_arch, model_config
+from lightning_docmt.config.registry import get_arch, model_config
 from lightning_docmt.training.carried_context import CarriedContextUsage
-from lightning_docmt.training.model_hooks import (CarriedState, PhaseCycle, check_training_hooks,
-                                                  model_phases, phase_parameter_names)
+from lightning_docmt.nn.carried_state import CarriedState
+from lightning_docmt.training.model_hooks import (PhaseCycle, check_training_hooks, model_phases,
+                                                  phase_parameter_names)
 from lightning_docmt.training.schedules import lr_lambda
 from lightning_docmt.training.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, Stopwatch, rate
 
@@ -113,13 +114,13 @@ class DocMTModule(pl.LightningModule):
         """The registered model of `model_cfg.arch`, built from its typed config dataclass.
 
         Its `output` must be bias-free: the training loss is fused with the output weight
-        (`output_loss.py`), which has no term for a bias.
+        (`nn/output_loss.py`), which has no term for a bias.
         """
         model_class = get_arch(model_cfg.arch).model_class
         model = model_class(model_config(model_cfg), src_vocab_size, tgt_vocab_size)
         if model.output.bias is not None:
             raise TypeError(f"{model_class.__name__}.output has a bias: the fused training loss "
-                            f"(output_loss.py) needs a bias-free output projection")
+                            f"(nn/output_loss.py) needs a bias-free output projection")
         return model
 
     # ------------------------------------------------------------------ training
@@ -129,7 +130,7 @@ class DocMTModule(pl.LightningModule):
     def output_loss(self, hidden: torch.Tensor, target: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The `OutputLoss` handed to the model: label smoothing `train.optim.label_smoothing`,
-        computed together with the output projection (`output_loss.py`)."""
+        computed together with the output projection (`nn/output_loss.py`)."""
         return output_label_smoothed_nll(hidden, self.model.output.weight, target,
                                          self.cfg.train.optim.label_smoothing, PAD_ID)
 

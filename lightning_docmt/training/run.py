@@ -48,7 +48,7 @@ from lightning_docmt.inference.reference_context import check_no_reference_targe
 from lightning_docmt.inference.translate import LoadedModel, load_checkpoint
 from lightning_docmt.training.model_hooks import check_training_hooks
 from lightning_docmt.training.module import DocMTModule
-from lightning_docmt.registry import get_arch, model_config
+from lightning_docmt.config.registry import get_arch, model_config
 from lightning_docmt.config.schema import ContextConfig, RunConfig, inert_keys
 from lightning_docmt.training.schedules import CONTINUATION_FLOOR, NEEDS_TOTAL, continuation_summary
 from lightning_docmt.training.speed import train_speed_metrics

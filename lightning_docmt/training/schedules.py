@@ -28,7 +28,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-SCHEDULES = ("inverse_sqrt", "linear_warmup_inverse_sqrt", "linear_warmup_linear_decay", "constant")
+from lightning_docmt.config.schema import SCHEDULES
+
 NEEDS_TOTAL = ("linear_warmup_linear_decay",)  # schedules that need the last update T
 CONTINUATION_FLOOR = 0.5  # the least first-update lr, as a share of the peak, at which a stage that
 # trains new parameters may continue a schedule that decays to 0 (it then averages a quarter of the peak)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lightning_docmt.data.batch import PAD_ID
+from lightning_docmt.batch import PAD_ID
 from lightning_docmt.nn.seq2seq import Seq2SeqModel
 
 

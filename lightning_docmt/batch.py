@@ -25,7 +25,7 @@ documents and a document's next sentence is in the next batch (`data/doc_sampler
 with target-side context can carry its state from batch to batch; `doc_index` tells which document
 each row belongs to. For a model that carries a state (`Seq2SeqModel.carries_state`), `DocMTModule`
 adds `carry`: what each row's previous sentence handed on, or the model's reset value
-(`nn/training_hooks.py`; rows are matched by `doc_index`, `training/model_hooks.CarriedState`).
+(`nn/training_hooks.py`; rows are matched by `doc_index`, `nn/carried_state.CarriedState`).
 
 Context truncation: when a context side exceeds `context.max_tokens`, the oldest tokens are removed
 first (from the left of `ctx_src` and `ctx_tgt`, from the right of `ctx_next`), the final `<eos>` kept;
@@ -33,6 +33,11 @@ first (from the left of `ctx_src` and `ctx_tgt`, from the right of `ctx_next`), 
 """
 
 from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
 
 PAD_ID = 0
 UNK_ID = 1
@@ -42,3 +47,11 @@ SEP_ID = 4
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>", "<sep>")
 
 CONTEXT_KEYS = ("ctx_src", "ctx_next", "ctx_tgt")
+
+
+def pad(rows: Sequence[np.ndarray], value: int = PAD_ID) -> torch.Tensor:
+    """Right-pad 1-D int arrays with `value` into a (B, max_len) int64 tensor."""
+    out = np.full((len(rows), max(len(r) for r in rows)), value, dtype=np.int64)
+    for b, row in enumerate(rows):
+        out[b, :len(row)] = row
+    return torch.from_numpy(out)
