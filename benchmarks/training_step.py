@@ -3,7 +3,7 @@
 Two implementation choices make CPU training about 1.6x faster per step (`cpu` profile):
 
 - the loss fused with the output projection (`lightning_docmt/nn/output_loss.py`) against the plain
-  label-smoothed loss over the whole (tokens, V) logits (`losses.label_smoothed_nll`);
+  label-smoothed loss over the whole (tokens, V) logits (`nn/reference_loss.label_smoothed_nll`);
 - PyTorch's math attention kernel (`nn/attention.py`) against its CPU flash-attention kernel.
 
 The benchmark builds the Transformer of a profile (`cpu` by default, plus `key=value` overrides),
@@ -36,7 +36,7 @@ from lightning_docmt.inference import decoding  # noqa: E402
 from lightning_docmt.config.composition import compose  # noqa: E402
 from lightning_docmt.batch import PAD_ID  # noqa: E402
 from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
-from lightning_docmt.training.losses import label_smoothed_nll  # noqa: E402
+from lightning_docmt.nn.reference_loss import label_smoothed_nll  # noqa: E402
 from lightning_docmt.nn import attention  # noqa: E402
 from lightning_docmt.training.trainer import resolve_precision  # noqa: E402
 from lightning_docmt.training.run import build_module  # noqa: E402

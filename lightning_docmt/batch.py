@@ -25,7 +25,7 @@ documents and a document's next sentence is in the next batch (`data/doc_sampler
 with target-side context can carry its state from batch to batch; `doc_index` tells which document
 each row belongs to. For a model that carries a state (`Seq2SeqModel.carries_state`), `DocMTModule`
 adds `carry`: what each row's previous sentence handed on, or the model's reset value
-(`nn/training_hooks.py`; rows are matched by `doc_index`, `nn/carried_state.CarriedState`).
+(`nn/model_hooks.py`; rows are matched by `doc_index`, `nn/carried_state.CarriedState`).
 
 Context truncation: when a context side exceeds `context.max_tokens`, the oldest tokens are removed
 first (from the left of `ctx_src` and `ctx_tgt`, from the right of `ctx_next`), the final `<eos>` kept;

@@ -3,7 +3,7 @@ work tree was dirty), the versions of the stack, and the resolved precision, dev
 
 Caches key on it so that a fix to the code never silently reuses what was computed before it: the
 stage cache's key includes the code fingerprint and the resolved precision and device
-(`training/run.stage_key`), and a finished table row whose record came from other code is reported
+(`training/stages.stage_key`), and a finished table row whose record came from other code is reported
 (`tables/runner`). Every run's `metrics.json` carries the record (`ENV_PREFIX` keys), so a number
 can be traced to the code and machine settings that produced it.
 

@@ -1,4 +1,4 @@
-"""Stand-in architectures that use the models' training hooks (`nn/training_hooks.py`), for tests.
+"""Stand-in architectures that use the models' training hooks (`nn/model_hooks.py`), for tests.
 
 - `PhasedTransformer` (`PHASED`): the Transformer trained in two optimizer phases that alternate
   every `PHASE_STEPS` updates, phase "a" over `encoder.*`, phase "b" over `decoder.*`; it records
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
-from lightning_docmt.nn.training_hooks import CARRY_KEY, LossTerms, OptimizerPhase, OutputLoss
+from lightning_docmt.nn.model_hooks import CARRY_KEY, LossTerms, OptimizerPhase, OutputLoss
 from lightning_docmt.config.registry import ARCHS, ArchEntry
 
 PHASED, CARRYING = "phased_stand_in", "carrying_stand_in"

@@ -19,7 +19,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.tables.spec import compose_row
-from lightning_docmt.training.run import stage_config, stage_lr
+from lightning_docmt.training.stages import stage_config, stage_lr
 from lightning_docmt.training.trainer import stage_steps
 from tests.experiment_files import EXPERIMENTS
 

@@ -20,7 +20,9 @@ from omegaconf import OmegaConf
 from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import WordVocab
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference.translate import LoadedModel, explain_selection, translate_documents
+from lightning_docmt.config.registry import build_model
+from lightning_docmt.inference.loaded_model import LoadedModel
+from lightning_docmt.inference.translate import explain_selection, translate_documents
 from lightning_docmt.training import run as train
 from lightning_docmt.nn.carried_state import CarriedState
 from lightning_docmt.training.module import DocMTModule
@@ -141,8 +143,7 @@ def test_document_order_needs_at_least_one_document_per_batch(tmp_path, hook_arc
 
 def test_sentence_by_sentence_inference_of_a_carrying_model_is_refused(tmp_path, hook_archs):
     cfg = tiny_config(tmp_path, f"model.arch={CARRYING}", "data.document_order=true")
-    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), 16, 16)
-    model = LoadedModel(module, cfg, WordVocab(["a", "b"]), WordVocab(["a", "b"]))
+    model = LoadedModel(build_model(cfg.model, 16, 16), cfg, WordVocab(["a", "b"]), WordVocab(["a", "b"]))
     documents = [Document("d", ["a", "a"], ["", ""])]
     with pytest.raises(DocMTInputError, match="output_carry"):  # document order, but no output state
         translate_documents(model, documents, beam=1, len_penalty=1.0)

@@ -11,12 +11,15 @@ from typing import Any, Iterator
 import lightning.pytorch as pl
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from lightning_docmt.callbacks.checkpoint_averaging import average_state_dicts, select_window
 from lightning_docmt.training import run as train
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference.translate import VOCAB_KEY, load_checkpoint
+from lightning_docmt.checkpoints import VOCAB_KEY
+from lightning_docmt.inference.loaded_model import load_checkpoint
+from lightning_docmt.training.module import DocMTModule
 from tests.cli_run import docmt
 from tests.stage_fits import tiny_config, weights
 
@@ -152,7 +155,10 @@ def test_the_averaged_checkpoint_loads_and_its_recorded_validation_is_its_own(av
     datamodule = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context)
     trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                          enable_model_summary=False)
-    [metrics] = trainer.validate(loaded.module, datamodule=datamodule, verbose=False)
+    module = DocMTModule(OmegaConf.to_container(loaded.cfg, resolve=True), len(loaded.src_vocab),
+                         len(loaded.tgt_vocab))
+    module.model.load_state_dict(loaded.model.state_dict())
+    [metrics] = trainer.validate(module, datamodule=datamodule, verbose=False)
     assert metrics["val/loss"] == pytest.approx(summary["validation"]["val/loss"], rel=1e-6)
     records = averaged_run["records"]
     assert all(metrics["val/loss"] != pytest.approx(r["loss"], rel=1e-9) for r in records)

@@ -17,17 +17,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from lightning_docmt.batch import EOS_ID
 from lightning_docmt.data.collate import collate, row_lengths
 from lightning_docmt.data.context_anchors import document_groups, no_context, own_context, random_context
 from lightning_docmt.data.vocab import WordVocab
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS, context_usage_metrics
-from lightning_docmt.evaluation.contrastive import score_suite
+from lightning_docmt.evaluation.contrastive_scoring import score_suite
 from lightning_docmt.inference.own_outputs import OutputTokens, WithContextTargets
-from lightning_docmt.inference.translate import LoadedModel, binarize_documents
-from lightning_docmt.training.module import DocMTModule
+from lightning_docmt.config.registry import build_model
+from lightning_docmt.inference import decoding
+from lightning_docmt.inference.loaded_model import LoadedModel
+from lightning_docmt.inference.translate import binarize_documents
 from tests.corpus_fixtures import WORDS, random_documents
 from tests.stage_fits import tiny_config
 
@@ -129,8 +130,7 @@ def test_row_lengths_follow_the_anchors(tmp_path, split):
 
 def loaded_model(tmp_path: Path, *overrides: str) -> LoadedModel:
     cfg = tiny_config(tmp_path, *overrides)
-    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), len(VOCAB), len(VOCAB)).eval()
-    return LoadedModel(module, cfg, VOCAB, VOCAB)
+    return LoadedModel(build_model(cfg.model, len(VOCAB), len(VOCAB)).eval(), cfg, VOCAB, VOCAB)
 
 
 def usage(model: LoadedModel, split) -> dict[str, float]:
@@ -163,14 +163,15 @@ DECODED = {"random_ctx/bleu", "random_ctx/bleu_delta", "random_ctx/bleu_floor"}
 def recording_decodes(monkeypatch, model: LoadedModel) -> list[dict]:
     """Record every batch the model decodes: its context tensor and whether autocast was on."""
     calls: list[dict] = []
-    translate = model.module.translate_batch
+    translate = decoding.best_tokens
 
-    def record(batch, beam, len_penalty=None):
+    def record(network, batch, decode, beam, len_penalty=None):
+        assert network is model.model
         calls.append({"index": batch["sent_index"].tolist(), "ctx_src": batch["ctx_src"].clone(),
                       "autocast": torch.is_autocast_enabled("cpu")})
-        return translate(batch, beam, len_penalty)
+        return translate(network, batch, decode, beam, len_penalty)
 
-    monkeypatch.setattr(model.module, "translate_batch", record)
+    monkeypatch.setattr(decoding, "best_tokens", record)
     return calls
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from lightning_docmt.data.contrastive import (
+from lightning_docmt.data.contrastive_suites import (
     FIELDS, context_free_ceiling, convert_contrapro, convert_discevalmt, convert_scat, read_suite,
     strip_scat_markup, write_suite)
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.evaluation.contrastive import candidate_documents, with_random_contexts
+from lightning_docmt.evaluation.contrastive_scoring import candidate_documents, with_random_contexts
 
 SUITES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "contrastive"
 CONTRAPRO, DISCEVALMT, SCAT = (SUITES / "contrapro-ende", SUITES / "bawden-discevalmt-enfr",

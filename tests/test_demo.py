@@ -10,7 +10,7 @@ from lightning_docmt.cli import demo
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import compose_row, load_table
 from lightning_docmt.config.registry import import_all_archs
-from lightning_docmt.training.run import check_stages, stage_config
+from lightning_docmt.training.stages import check_stages, stage_config
 from lightning_docmt.training.trainer import stage_steps
 from lightning_docmt.training.schedules import lr_lambda
 

@@ -29,7 +29,8 @@ from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import WordVocab
 from lightning_docmt.data.windows import ExternalWindow, WindowSpec
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference.translate import LoadedModel, batches, binarize_documents
+from lightning_docmt.inference.loaded_model import LoadedModel
+from lightning_docmt.inference.translate import batches, binarize_documents
 from tests.corpus_fixtures import random_documents, write_jsonl
 
 PAD = 7  # the external tokenizer's pad id
@@ -338,7 +339,7 @@ def test_documents_binarized_for_inference_carry_the_external_stream(tmp_path, e
     `ctx_ext` gets it there too, built as in training."""
     _, _, context = configs(tmp_path, "unused", ext_vocab_dir, side="source")
     cfg = OmegaConf.create({"context": OmegaConf.structured(context)})
-    model = LoadedModel(module=None, cfg=cfg, src_vocab=MAIN_VOCAB, tgt_vocab=MAIN_VOCAB)
+    model = LoadedModel(model=None, cfg=cfg, src_vocab=MAIN_VOCAB, tgt_vocab=MAIN_VOCAB)
     docs = [d for d in DOCS if d.split != "train"]
     split = binarize_documents(docs, model, tmp_path)
     where = [(doc, j) for doc in docs for j in range(len(doc))]

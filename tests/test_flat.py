@@ -17,13 +17,14 @@ from lightning_docmt.config import composition as config_lib
 from lightning_docmt.batch import EOS_ID, PAD_ID, SEP_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.context_usage import context_usage_metrics
-from lightning_docmt.evaluation.contrastive import score_suite
-from lightning_docmt.inference.translate import LoadedModel, binarize_documents, load_checkpoint
+from lightning_docmt.evaluation.contrastive_scoring import score_suite
+from lightning_docmt.config.registry import build_model
+from lightning_docmt.inference.loaded_model import LoadedModel, load_checkpoint
+from lightning_docmt.inference.translate import binarize_documents
 from lightning_docmt.models.flat import CONTEXT_SEGMENT, CURRENT_SEGMENT, FlatConfig, FlatSeq2Seq
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.concatenation import join_rows
 from lightning_docmt.config.registry import get_arch, model_config
-from lightning_docmt.training.module import DocMTModule
 from tests.run_checks import assert_test_bleu_rescores
 from tests.cli_run import docmt, run_dir_of
 from tests.model_checks import (assert_beam_scores_are_log_probs_and_batching_invisible,
@@ -310,13 +311,12 @@ def test_beam_search_scores_are_the_models_log_probs_and_batching_is_invisible()
 
 def loaded_flat(tmp_path: Path, *overrides: str) -> LoadedModel:
     cfg = tiny_config(tmp_path, "model.arch=flat", "model.enc_layers=2", *overrides)
-    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), len(WORD_VOCAB), len(WORD_VOCAB)).eval()
-    return LoadedModel(module, cfg, WORD_VOCAB, WORD_VOCAB)
+    return LoadedModel(build_model(cfg.model, len(WORD_VOCAB), len(WORD_VOCAB)).eval(), cfg, WORD_VOCAB, WORD_VOCAB)
 
 
 def test_context_usage_scores_and_contrastive_suites_take_the_flat_model(tmp_path):
     model = loaded_flat(tmp_path)
-    assert isinstance(model.module.model, FlatSeq2Seq)
+    assert isinstance(model.model, FlatSeq2Seq)
     (tmp_path / "split").mkdir()
     split = binarize_documents(DOCUMENTS, model, tmp_path / "split")
     scores = context_usage_metrics(model, split, REFERENCES, "13a", decode=False)
@@ -389,7 +389,7 @@ def test_a_tiny_fit_trains_tests_and_translates(tmp_path, monkeypatch):
         assert_test_bleu_rescores(run_dir, "synthetic:tiny")  # the test split beam-searched and scored
 
         loaded = load_checkpoint(record["checkpoint"])
-        assert isinstance(loaded.module.model, FlatSeq2Seq) and loaded.module.model.top_layers == 1
+        assert isinstance(loaded.model, FlatSeq2Seq) and loaded.model.top_layers == 1
         docs = tmp_path / "docs.jsonl"
         docs.write_text(json.dumps({"doc_id": "d", "src": ["the cat sleeps", "it runs", "the dog"]}) + "\n",
                         encoding="utf-8")

@@ -9,6 +9,9 @@ Transformer ignores `ctx_tgt`, so the weights still fit): the refusal depends on
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -21,7 +24,8 @@ from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.synthetic import write_contrastive_suite
 from lightning_docmt.data.types import Document
 from lightning_docmt.inference import decoding
-from lightning_docmt.inference.translate import load_checkpoint, translate_documents
+from lightning_docmt.inference.loaded_model import load_checkpoint
+from lightning_docmt.inference.translate import translate_documents
 from tests.cli_run import docmt, run_dir_of
 from tests.run_env import single_process_run_env
 
@@ -103,7 +107,6 @@ def test_lenpen_reaches_beam_search_and_leaves_the_model_config_alone(run, monke
     translate_documents(model, documents, beam=2, len_penalty=0.25)
     assert seen and set(seen) == {0.25}
     assert model.cfg.decode.len_penalty == configured
-    assert model.module.cfg.decode.len_penalty == configured
 
 
 @pytest.fixture(scope="module")
@@ -120,19 +123,19 @@ def target_context(run: dict[str, Path]) -> dict[str, Path]:
     return {"run_dir": run_dir, "checkpoint": run_dir / "target.ckpt"}
 
 
-def test_translating_with_target_context_reads_the_models_own_previous_translations(target_context):
+def test_translating_with_target_context_reads_the_models_own_previous_translations(target_context, monkeypatch):
     """Each document in order; `ctx_tgt` of sentence j is the translation just output for sentence
     j - 1 (then `<eos>`), never a reference (the input has none)."""
     model = load_checkpoint(target_context["checkpoint"])
     seen = []  # (sent_index, ctx_tgt rows, outputs) per decoded batch
-    decode = model.module.translate_batch
+    decode = decoding.best_tokens
 
-    def recording(batch, **kwargs):
-        outputs = decode(batch, **kwargs)
+    def recording(network, batch, *args, **kwargs):
+        outputs = decode(network, batch, *args, **kwargs)
         seen.append((batch["sent_index"].tolist(), batch["ctx_tgt"].tolist(), outputs))
         return outputs
 
-    model.module.translate_batch = recording
+    monkeypatch.setattr(decoding, "best_tokens", recording)
     documents = [Document("a", ["the dog .", "the cat .", "a dog ."], ["", "", ""]),
                  Document("b", ["the cat ."], [""])]
     translate_documents(model, documents, beam=2, len_penalty=0.6)
@@ -163,17 +166,23 @@ def test_the_test_loop_gives_a_target_context_model_its_own_previous_translation
     translation of each row's previous sentence (then `<eos>`), and a first sentence's is empty."""
     from lightning_docmt.training.module import DocMTModule
 
-    seen = []  # (loop, sent_index, pos_in_doc, ctx_tgt rows, outputs, the loop's OutputTokens) per batch
-    decode = DocMTModule.translate_batch
+    seen = []  # (loop, sent_index, pos_in_doc, ctx_tgt rows, outputs) per decoded batch
+    current, walks = {}, []  # the evaluation loop now running: (split, its id); every loop, kept alive
+    reset, decode = DocMTModule._reset_eval, decoding.best_tokens
 
-    def recording(self, batch, beam, len_penalty=None):
-        outputs = decode(self, batch, beam, len_penalty)
-        loop = (self._eval_split, id(self._own_targets))  # every evaluation loop has its own
-        seen.append((loop, batch["sent_index"].tolist(), batch["pos_in_doc"].tolist(),
-                     batch["ctx_tgt"].tolist(), outputs, self._own_targets))
+    def resetting(self, split):
+        reset(self, split)
+        walks.append(self._eval)  # so that no later loop reuses its id
+        current["loop"] = (split, id(self._eval))  # every evaluation loop has its own
+
+    def recording(network, batch, *args, **kwargs):
+        outputs = decode(network, batch, *args, **kwargs)
+        seen.append((current["loop"], batch["sent_index"].tolist(), batch["pos_in_doc"].tolist(),
+                     batch["ctx_tgt"].tolist(), outputs))
         return outputs
 
-    monkeypatch.setattr(DocMTModule, "translate_batch", recording)
+    monkeypatch.setattr(DocMTModule, "_reset_eval", resetting)
+    monkeypatch.setattr(decoding, "best_tokens", recording)
     config = run["root"] / "target_doc_order.yaml"
     config.write_text(f"data:\n  corpus: {CORPUS}\n  cache_dir: {run['root'] / 'cache'}\n  document_order: true\n"
                       f"logging:\n  runs_dir: {run['root'] / 'target_doc_runs'}\n"
@@ -182,9 +191,9 @@ def test_the_test_loop_gives_a_target_context_model_its_own_previous_translation
                       "train:\n  max_steps: 2\n  val_every_steps: 2\n")
     with single_process_run_env():
         run_dir_of(docmt("fit", config, "--profile", "tiny"))
-    output = {(loop, i): out for loop, indices, _, _, outs, _ in seen for i, out in zip(indices, outs)}
+    output = {(loop, i): out for loop, indices, _, _, outs in seen for i, out in zip(indices, outs)}
     checked = set()
-    for loop, indices, positions, rows, _, _ in seen:  # validation loops, then the test loop
+    for loop, indices, positions, rows, _ in seen:  # validation loops, then the test loop
         for i, position, row in zip(indices, positions, rows):
             read = [t for t in row if t != PAD_ID]
             assert read == ([EOS_ID] if position == 0 else output[loop, i - 1] + [EOS_ID]), (loop, i)
@@ -198,3 +207,23 @@ def test_contrastive_scoring_with_target_context_stays_allowed(run, target_conte
     outcome = docmt("contrastive", "--ckpt", target_context["checkpoint"], "--suite", suite, "--json")
     assert outcome.code == 0, outcome.err
     assert json.loads(outcome.out)["n"] == n
+
+
+def test_translate_and_contrastive_run_without_lightning(run):
+    """`docmt translate` and `docmt contrastive` load the trained checkpoint as a plain model
+    (`inference/loaded_model.py`): in a fresh process, Lightning never enters `sys.modules`."""
+    output, suite = run["root"] / "plain.jsonl", run["root"] / "plain_suite.jsonl"
+    write_contrastive_suite("tiny", suite)
+    translate = ["translate", "--ckpt", str(run["checkpoint"]), "--input", str(run["source"]),
+                 "--output", str(output), "--device", "cpu"]
+    contrastive = ["contrastive", "--ckpt", str(run["checkpoint"]), "--suite", str(suite), "--device", "cpu"]
+    code = (f"import sys; from lightning_docmt.cli import main; "
+            f"assert main({translate!r}) == 0 and main({contrastive!r}) == 0; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('lightning', 'pytorch_lightning', 'lightning_fabric')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=run["root"],
+                          env={**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert len(translations(output)) == len(run["source"].read_text(encoding="utf-8").splitlines()) == 2
+

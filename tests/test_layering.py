@@ -1,4 +1,6 @@
-"""The package's layering: model files import no Lightning, and no two modules import each other.
+"""The package's layering (docs/design.md section 2, "Floors"): every module imports only from its own
+floor or below, no two sub-packages import each other, model files import no Lightning, inference
+runs without it, and no two modules import each other.
 
 The import graph counts every import of a `lightning_docmt` module anywhere in a file, function-level
 (lazy) imports included: a cycle hidden behind a lazy import is still a cycle.
@@ -71,6 +73,60 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+FLOORS = (  # bottom first; "" is the package's own __init__
+    {"", "errors", "batch", "resources", "distributed"},  # the ground: root modules that import nothing of ours
+    {"config"},
+    {"data"},
+    {"nn", "checkpoints"},
+    {"models"},
+    {"inference"},
+    {"evaluation"},
+    {"callbacks", "provenance"},
+    {"training"},
+    {"tables"},
+    {"cli"},
+)
+DISCOVERY = {(f"{PACKAGE}.config.registry", f"{PACKAGE}.models")}  # the registry imports the model files it registers
+
+
+def unit(module: str) -> str:
+    """The sub-package (or root module) a module belongs to: `lightning_docmt.nn.layers` -> `nn`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def floor(module: str) -> int:
+    [found] = [i for i, units in enumerate(FLOORS) if unit(module) in units]
+    return found
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if floor(b) > floor(a) and (a, b) not in DISCOVERY)
+
+
+def two_way_pairs(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    edges = {(unit(a), unit(b)) for a, targets in graph.items() for b in targets
+             if unit(a) != unit(b) and (a, b) not in DISCOVERY}
+    return sorted((a, b) for a, b in edges if (b, a) in edges and a < b)
+
+
+def test_every_module_sits_on_one_floor_and_imports_nothing_above_it():
+    graph = import_graph()
+    assert {unit(m) for m in graph} == set().union(*FLOORS)  # a new sub-package is given its floor
+    assert upward_imports(graph) == []
+    assert two_way_pairs(graph) == []
+
+
+def test_the_floor_checks_see_an_upward_import_and_a_two_way_pair():
+    graph = {f"{PACKAGE}.nn.layers": {f"{PACKAGE}.training.module"}, f"{PACKAGE}.training.module": set(),
+             f"{PACKAGE}.callbacks.x": {f"{PACKAGE}.provenance"}, f"{PACKAGE}.provenance": {f"{PACKAGE}.callbacks.y"},
+             f"{PACKAGE}.callbacks.y": set()}
+    assert upward_imports(graph) == [f"{PACKAGE}.nn.layers -> {PACKAGE}.training.module"]
+    assert two_way_pairs(graph) == [("callbacks", "provenance")]
+    assert upward_imports({f"{PACKAGE}.config.registry": {f"{PACKAGE}.models"}}) == []  # the discovery
+
+
 def test_the_package_has_no_import_cycle():
     graph = import_graph()
     assert len(graph) > 40 and f"{PACKAGE}.callbacks.staged_unfreezing" in graph
@@ -91,9 +147,10 @@ def imports_lightning(path: Path) -> bool:
     return False
 
 
-@pytest.mark.parametrize("layer", ["models", "nn", "config"])
+@pytest.mark.parametrize("layer", ["models", "nn", "config", "inference", "evaluation"])
 def test_model_code_imports_no_lightning(layer):
-    """Models, their building blocks and the config schema are plain PyTorch, whatever they import."""
+    """Models, their building blocks, the config schema, inference and evaluation are plain PyTorch,
+    whatever they import."""
     graph = import_graph()
     reached, todo = set(), [m for m in graph if m.startswith(f"{PACKAGE}.{layer}")]
     while todo:  # everything these modules import, transitively, inside the package

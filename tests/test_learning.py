@@ -62,7 +62,7 @@ import pytest
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.training import run as train
 from lightning_docmt.data import synthetic
-from lightning_docmt.data.contrastive import context_free_ceiling
+from lightning_docmt.data.contrastive_suites import context_free_ceiling
 from tests.learning_recipe import TableRecipe, scaled, table_recipe
 from tests.run_env import single_process_run_env
 
@@ -315,7 +315,8 @@ def antecedent_selection(run_dir: Path, stage: str) -> dict[str, float]:
     random); `recall`, the share of items whose antecedent is kept; `kept`, the share of context
     tokens kept. Context tokens include each sentence's `</s>` (what H^doc holds)."""
     from lightning_docmt.data.types import Document
-    from lightning_docmt.inference.translate import explain_selection, load_checkpoint
+    from lightning_docmt.inference.loaded_model import load_checkpoint
+    from lightning_docmt.inference.translate import explain_selection
 
     model = load_checkpoint(run_dir / stage / "checkpoints" / "last.ckpt")
     items = [e for e in synthetic.contrastive_suite(NAME) if e["phenomenon"].startswith("pronoun")]
@@ -390,7 +391,7 @@ def test_the_shared_context_rnn_beats_its_baseline_on_what_the_previous_sentence
     baseline by more than the tolerance, and uses its context: positive CXMI against no context and
     against another document's state, another document's state costs BLEU, and another example's
     context loses at least half its gain.
-    The contrastive suite walks each candidate document in order (`evaluation/contrastive.py`).
+    The contrastive suite walks each candidate document in order (`evaluation/contrastive_scoring.py`).
     NOT IN PAPER: Adam, as Table 2 at the `cpu` profile (reading Y17), instead of AdaGrad at 0.01.
     The stages follow Table 2's recipe (`rnn_run`): the base 1,500 updates of a linear decay, then
     `ctx` as many (1,500 updates) on a schedule of its own. Measured at that recipe on an AVX-512
@@ -409,4 +410,4 @@ def test_the_shared_context_rnn_beats_its_baseline_on_what_the_previous_sentence
     assert shared["stages"]["base"]["reused"] is True  # trained on from the very baseline above
     assert metrics["contrastive/accuracy"] >= base["contrastive/accuracy"] + ceiling["tolerance"], metrics
     assert_beats_ceiling_on_what_its_window_holds(metrics, ceiling)
-    assert_context_usage(metrics)  # from the document-order test loop (training/carried_context.py)
+    assert_context_usage(metrics)  # from the document-order test loop (evaluation/carried_context.py)

@@ -410,6 +410,6 @@ def test_docmt_fit_pretrains_then_cross_trains_and_explains_the_selection(tmp_pa
 
 def line_pieces(run, text: str) -> list[str]:
     """The source vocabulary's pieces of `text` (what --explain prints)."""
-    from lightning_docmt.inference.translate import load_checkpoint
+    from lightning_docmt.inference.loaded_model import load_checkpoint
     vocab = load_checkpoint(run / "coattn" / "checkpoints" / "last.ckpt").src_vocab
     return [vocab.piece(i) for i in vocab.encode(text)]

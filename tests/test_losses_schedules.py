@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from lightning_docmt.training.losses import label_smoothed_nll
+from lightning_docmt.nn.reference_loss import label_smoothed_nll
 from lightning_docmt.training.schedules import lr_at, lr_lambda
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_docmt.data.contrastive import chance_rates
+from lightning_docmt.data.contrastive_suites import chance_rates
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.named_suites import NAMED_SUITES, load_named_suite, named_suite
 

@@ -1,4 +1,4 @@
-"""Optimizer phases (`nn/training_hooks.OptimizerPhase`, `training/model_hooks.py`): several optimizers
+"""Optimizer phases (`nn/model_hooks.OptimizerPhase`, `training/optimizer_phases.py`): several optimizers
 taking turns under manual optimisation, freezing by optimizer, clipping, checkpointed phase state.
 
 The fits train the stand-in `PhasedTransformer` (tests/hook_stand_ins.py: phase "a" over
@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.nn.training_hooks import OptimizerPhase
+from lightning_docmt.nn.model_hooks import OptimizerPhase
 from lightning_docmt.training import run as train
 from lightning_docmt.training import trainer as trainer_factory
-from lightning_docmt.training.model_hooks import PhaseCycle
+from lightning_docmt.training.optimizer_phases import PhaseCycle
 from tests.hook_stand_ins import PHASE_GLOBS, PHASE_STEPS, PHASED, hook_archs  # noqa: F401 (fixture)
 from tests.stage_fits import fit_then_resume, tiny_config, weights
 

@@ -9,7 +9,7 @@ from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq
 from lightning_docmt.config.registry import ARCHS, ArchEntry
 from lightning_docmt.nn import output_loss
 from lightning_docmt.training.module import DocMTModule
-from lightning_docmt.training.losses import label_smoothed_nll
+from lightning_docmt.nn.reference_loss import label_smoothed_nll
 from lightning_docmt.nn.output_loss import output_label_smoothed_nll
 
 VOCAB, DIM = 50, 16

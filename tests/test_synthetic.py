@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from lightning_docmt.data import synthetic
-from lightning_docmt.data.contrastive import context_free_ceiling, read_suite
+from lightning_docmt.data.contrastive_suites import context_free_ceiling, read_suite
 from lightning_docmt.data.corpora import corpus_fingerprint, read_corpus
 from lightning_docmt.errors import DocMTInputError
 

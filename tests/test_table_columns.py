@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from lightning_docmt.data import synthetic
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.evaluation import contrastive
+from lightning_docmt.evaluation import contrastive_scoring
 from lightning_docmt.tables.contrastive_columns import column_value
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import compose_row, load_table
@@ -41,7 +41,7 @@ def test_every_row_gets_the_suites_of_the_columns_once(tmp_path):
 
 
 def fake_run(cfg, run_dir: Path) -> dict:
-    """Two suites: the metrics carry the suite names, as evaluation/contrastive.py names them."""
+    """Two suites: the metrics carry the suite names, as evaluation/contrastive_scoring.py names them."""
     assert list(cfg.eval.contrastive) == ["scat", "corpus"]
     bonus = 0.1 if cfg.logging.name == "a" else 0.0
     return {"test/bleu": 10.0, "contrastive/scat/accuracy": 0.6 + bonus,
@@ -112,7 +112,7 @@ def test_a_selection_row_trains_and_reports_its_validation_curve_without_touchin
                               "train.val_every_steps=10", "logging.wandb=false"])
     cfg = compose_row(table, "b")
     seen = []
-    original = contrastive.score_suite
+    original = contrastive_scoring.score_suite
     with single_process_run_env(), mock.patch.object(
             contrastive, "score_suite", lambda model, examples: seen.append(examples) or original(model, examples)):
         scores = run_validation_metrics(cfg, tmp_path / "run")
@@ -135,7 +135,7 @@ def test_scoring_on_valid_refuses_a_test_suite_naming_the_key(tmp_path, entry):
     """A published suite or a suite file is a test set: nothing may be chosen by reading it."""
     cfg = OmegaConf.create({"eval": {"contrastive": [entry]}, "data": {}})
     with pytest.raises(DocMTInputError, match=f"'{entry}' is a test set") as err:
-        contrastive.configured_suites(cfg, "valid")
+        contrastive_scoring.configured_suites(cfg, "valid")
     assert "key 'eval.contrastive'" in str(err.value)
 
 

@@ -1,4 +1,4 @@
-"""Significance marks of a table (`tables/significance.py`): every row's test BLEU against the
+"""Significance marks of a table (`tables/row_significance.py`): every row's test BLEU against the
 `baseline:` row, paired bootstrap per seed, marked only when significant in every seed.
 
 The runs are fakes that write hand-made hypotheses: the baseline drops about half the words of each
@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.evaluation.significance import paired_test
+from lightning_docmt.evaluation.paired_tests import paired_test
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import load_table
 

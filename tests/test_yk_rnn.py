@@ -22,8 +22,9 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.yk_rnn import SharedContextRNN, YKRNNConfig, YKRNNSeq2Seq
 from lightning_docmt.nn.luong_attention import Memory, dot_attention
 from lightning_docmt.nn.seq2seq import select_rows
-from lightning_docmt.nn.training_hooks import CARRY_KEY
-from lightning_docmt.config.registry import model_config
+from lightning_docmt.nn.model_hooks import CARRY_KEY
+from lightning_docmt.config.registry import build_model, model_config
+from lightning_docmt.inference import decoding
 from lightning_docmt.nn.carried_state import CarriedState, map_tensors
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.run import load_weights
@@ -399,24 +400,25 @@ def test_the_target_carry_after_decoding_is_that_of_the_emitted_hypothesis(side)
     assert torch.allclose(source_only.output_carry(batch, first)["source"].states, taught.states)  # the encoder's
 
 
-def test_the_evaluation_loop_hands_on_the_hypothesis_states():
-    """`DocMTModule._eval_step` keeps, for the next batch, `output_carry` of the beam's 1-best, not
-    the teacher-forced carry of the reference."""
+def test_the_evaluation_loop_hands_on_the_hypothesis_states(monkeypatch):
+    """An evaluation loop (`EvaluationLoop.step`) keeps, for the next batch, `output_carry` of the
+    beam's 1-best, not the teacher-forced carry of the reference (its `DocumentOrderWalk`)."""
     cfg = tiny_config(Path("/nonexistent"), "model.arch=yk_rnn", "model.context=shared", "context.side=target",
                       "data.document_order=true", "model.dropout=0.0")
     module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), VOCAB, VOCAB).eval()
-    module._trainer = SimpleNamespace(datamodule=SimpleNamespace(tgt_vocab=SimpleNamespace(decode=str)))
+    module._trainer = SimpleNamespace(datamodule=SimpleNamespace(  # no split is read: no target context
+        tgt_vocab=SimpleNamespace(decode=str), split=lambda name: None, window=None))
     hypotheses = [[7, 8], [5], [6], [9, 9, 9]]
-    module.translate_batch = lambda batch, beam: hypotheses  # what a beam search emitted
+    monkeypatch.setattr(decoding, "best_tokens", lambda *args: hypotheses)  # what a beam search emitted
     batch = {**doc_batch(), "doc_index": torch.arange(4), "pos_in_doc": torch.zeros(4, dtype=torch.long),
              "sent_index": torch.arange(4)}
     module._reset_eval("test")
     with torch.no_grad():
-        module._eval_step(batch, beam=2)
+        module._eval.step(batch, 2, module.output_loss)
         seen = {**batch, CARRY_KEY: module.model.initial_carry(batch)}  # first sentences
         expected = module.model.output_carry(seen, hypotheses)["target"]
         reference = module.model.loss_terms(seen, output_loss(module.model)).carry["target"]
-    kept = module._eval_carry._value["target"]
+    kept = module._eval.walk.carried._value["target"]
     assert torch.allclose(kept.states, expected.states, atol=1e-6)
     assert not torch.allclose(kept.states, reference.states[:, : kept.states.size(1)], atol=1e-3)
 
@@ -425,17 +427,16 @@ def shared_loaded_model(tmp_path: Path, side: str, *overrides: str, seed: int):
     """A random shared-context model (`side`) loaded as `docmt translate` and `docmt contrastive`
     load one, and its words."""
     from lightning_docmt.data.vocab import WordVocab
-    from lightning_docmt.inference.translate import LoadedModel
+    from lightning_docmt.inference.loaded_model import LoadedModel
 
     words = [f"w{i}" for i in range(VOCAB - 5)]  # 5 specials: ids 0..VOCAB-1 in all
     cfg = tiny_config(tmp_path, "model.arch=yk_rnn", "model.context=shared", f"context.side={side}",
                       "data.document_order=true", "model.d_model=16", *overrides)
     torch.manual_seed(seed)
-    module = DocMTModule(OmegaConf.to_container(cfg, resolve=True), VOCAB, VOCAB).eval()
-    return LoadedModel(module, cfg, WordVocab(words), WordVocab(words)), words
+    return LoadedModel(build_model(cfg.model, VOCAB, VOCAB).eval(), cfg, WordVocab(words), WordVocab(words)), words
 
 
-def test_translation_walks_each_document_in_order_and_batching_documents_is_invisible(tmp_path):
+def test_translation_walks_each_document_in_order_and_batching_documents_is_invisible(tmp_path, monkeypatch):
     """`docmt translate` of a shared-mix model: each document in order, sentence j reading the
     states of the model's own sentence j - 1; translating documents side by side gives each one's
     translation alone, and a document's first sentence is translated as with no context."""
@@ -443,7 +444,7 @@ def test_translation_walks_each_document_in_order_and_batching_documents_is_invi
     from lightning_docmt.inference.translate import translate_documents
 
     model, words = shared_loaded_model(tmp_path, "mix", "decode.max_len_b=4", seed=3)
-    module = model.module
+    network = model.model
     g = torch.Generator().manual_seed(0)
     documents = [Document(f"d{d}", [" ".join(words[i] for i in torch.randint(0, len(words), (n,), generator=g).tolist())
                                     for n in lengths], [""] * len(lengths))
@@ -453,18 +454,19 @@ def test_translation_walks_each_document_in_order_and_batching_documents_is_invi
     for document, translation in zip(documents, together):
         assert translate_documents(model, [document], beam=2, len_penalty=0.6) == [translation]
     seen = []  # (batch, outputs) of every decoded batch, in order
-    decode = module.translate_batch
-    module.translate_batch = lambda batch, **kw: seen.append((batch, decode(batch, **kw))) or seen[-1][1]
+    decode = decoding.best_tokens
+    monkeypatch.setattr(decoding, "best_tokens",
+                        lambda net, batch, *args: seen.append((batch, decode(net, batch, *args))) or seen[-1][1])
     assert translate_documents(model, documents, beam=2, len_penalty=0.6) == together
     by_sentence = {}  # sent_index -> (the carry it read, the carry its output hands on)
     for batch, outputs in seen:
-        handed_on = module.model.output_carry(batch, outputs)
+        handed_on = network.output_carry(batch, outputs)
         for row, sent in enumerate(batch["sent_index"].tolist()):
             by_sentence[sent] = (select_rows(batch[CARRY_KEY], torch.tensor([row])),
                                  select_rows(handed_on, torch.tensor([row])))
     starts = [0, 3, 4]  # sent_index of each document's first sentence
     for sent, (read, _) in by_sentence.items():
-        expected = module.model.initial_carry({"src": torch.zeros(1, 1, dtype=torch.long)}) if sent in starts \
+        expected = network.initial_carry({"src": torch.zeros(1, 1, dtype=torch.long)}) if sent in starts \
             else by_sentence[sent - 1][1]  # what the model's own previous translation handed on
         for side in ("source", "target"):
             assert torch.equal(read[side].pad, expected[side].pad), (sent, side)
@@ -480,7 +482,7 @@ def test_contrastive_scoring_walks_each_candidate_document_in_order(tmp_path, si
     examples scored together score as each alone (no state crosses documents); the sentence before
     the previous one is not read (the carried states are LSTM states, which attend to no context:
     no input feeding, reading Y3; the contrastive reading is Y16)."""
-    from lightning_docmt.evaluation.contrastive import score_suite
+    from lightning_docmt.evaluation.contrastive_scoring import score_suite
 
     model, w = shared_loaded_model(tmp_path, side, seed=5)
 
@@ -509,9 +511,9 @@ def test_contrastive_scoring_walks_each_candidate_document_in_order(tmp_path, si
 
 def test_a_shared_models_context_usage_is_scored_by_its_document_order_test_loop(tmp_path, monkeypatch):
     """CXMI of a carrying model: the test loop's NLL with no carried state and with another
-    document's, against its NLL with its own (`training/carried_context.py`); its random-context
+    document's, against its NLL with its own (`evaluation/carried_context.py`); its random-context
     BLEU decodes every batch again with another document's state, which the real pass never sees."""
-    from lightning_docmt.training.carried_context import CarriedContextUsage
+    from lightning_docmt.evaluation.carried_context import CarriedContextUsage
     from lightning_docmt.training.run import test_checkpoint
     from tests.cli_run import docmt, run_dir_of
 
@@ -549,7 +551,7 @@ def test_the_random_context_control_of_a_carried_state_reads_another_collections
     """Documents 0 and 1 are one collection (two chapters of one book), 2 and 3 another: each row
     reads the nearest later row of the other collection; a batch of one collection falls back to
     the next row (and says so); a batch of one row gets the initial state."""
-    from lightning_docmt.training.carried_context import other_documents
+    from lightning_docmt.evaluation.carried_context import other_documents
 
     initial = {"h": torch.zeros(1, 2)}
     model = SimpleNamespace(initial_carry=lambda batch: initial)

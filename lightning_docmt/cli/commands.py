@@ -170,7 +170,8 @@ def table_command(args: argparse.Namespace) -> int:
 
 def translate_command(args: argparse.Namespace) -> int:
     from lightning_docmt.inference.device import inference_device
-    from lightning_docmt.inference.translate import load_checkpoint, translate_documents
+    from lightning_docmt.inference.loaded_model import load_checkpoint
+    from lightning_docmt.inference.translate import translate_documents
     from lightning_docmt.inference.documents_io import read_input, write_output
 
     model = load_checkpoint(args.ckpt, inference_device(args.device))
@@ -194,12 +195,12 @@ def translate_command(args: argparse.Namespace) -> int:
 def contrastive_command(args: argparse.Namespace) -> int:
     """Accuracy of a checkpoint on a suite file or a published suite by name, beside the suite's
     chance and majority rates and the accuracy with every example reading another's context."""
-    from lightning_docmt.data.contrastive import read_suite
+    from lightning_docmt.data.contrastive_suites import read_suite
     from lightning_docmt.data.languages import data_languages
-    from lightning_docmt.evaluation.contrastive import controlled_result
+    from lightning_docmt.evaluation.contrastive_scoring import controlled_result
     from lightning_docmt.evaluation.named_suites import load_named_suite, named_suite
     from lightning_docmt.inference.device import inference_device
-    from lightning_docmt.inference.translate import load_checkpoint
+    from lightning_docmt.inference.loaded_model import load_checkpoint
 
     model = load_checkpoint(args.ckpt, inference_device(args.device))
     if named_suite(args.suite) is not None:

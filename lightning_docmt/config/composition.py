@@ -313,7 +313,7 @@ def _resolve(cfg: DictConfig) -> None:
 
 
 def _apply_pretrained_encoder(cfg: DictConfig, layers: Sequence[Layer]) -> None:
-    """Resolve `model.pretrained_encoder` (module docstring; readings F11-F12 of docs/papers/flat2020.md)."""
+    """Resolve `model.pretrained_encoder` (module docstring; readings F11-F12 of docs/papers/ma2020.md)."""
     name = cfg.model.pretrained_encoder if "pretrained_encoder" in cfg.model else None
     if name is None:
         return

@@ -1,7 +1,7 @@
 """Finding a pretrained checkpoint's files and reading its `config.json`, without torch.
 
 Composing a config (`config/composition.py`: the sizes a pretrained encoder fixes, reading F12)
-and keying a WordPiece vocabulary (`data/vocab.py`) need only the checkpoint's directory, its
+and keying a WordPiece vocabulary (`data/vocab/`) need only the checkpoint's directory, its
 config and a fingerprint of its files; the weights are read by `nn/pretrained.py` when a stage
 starts. How a checkpoint is named (a built-in name, a local directory, a name in the local Hugging
 Face cache) is told in `nn/pretrained.py`'s docstring. Nothing is ever downloaded at run time.

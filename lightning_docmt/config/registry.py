@@ -4,7 +4,8 @@ Every `models/<arch>.py` decorates its `Seq2SeqModel` subclass (`nn/seq2seq.py`,
 model files import no Lightning) with `@register_arch("<arch>", <Arch>Config)`, where
 `<Arch>Config` subclasses `config.schema.ModelConfig`; that dataclass is the schema of `model.*`
 when `model.arch=<arch>`. One generic LightningModule, `training.module.DocMTModule`, drives every
-registered model. `import_all_archs()` imports every module of `lightning_docmt.models`, so an
+registered model; `build_model` builds one (for training, and for inference without Lightning).
+`import_all_archs()` imports every module of `lightning_docmt.models`, so an
 architecture is known (and parametrized tests cover it) as soon as its file exists. The registry key
 is also the preset name: `config/arch/<arch>.yaml`.
 """
@@ -16,7 +17,7 @@ import difflib
 import importlib
 import pkgutil
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -90,6 +91,13 @@ def model_config(model_cfg: DictConfig) -> ModelConfig:
     """`model.*` as the typed config dataclass of its architecture (what the model class is built from)."""
     entry = get_arch(model_cfg.arch)
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(entry.config_class), model_cfg))
+
+
+def build_model(model_cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Any:
+    """The registered model of `model_cfg.arch` (a `Seq2SeqModel`), built from its typed config
+    dataclass for vocabularies of the given sizes; plain PyTorch, its weights freshly initialised."""
+    entry = get_arch(model_cfg.arch)
+    return entry.model_class(model_config(model_cfg), src_vocab_size, tgt_vocab_size)
 
 
 def _qualified(cls: type) -> str:

@@ -26,7 +26,7 @@ class VocabConfig:
     character_coverage: Optional[float] = None  # sentencepiece; None: by language (data/languages.py)
     max_train_sentences: int = 2_000_000  # sentencepiece input_sentence_size (seeded sample)
     lowercase: bool = False
-    word_split: str = "whitespace"  # type=word: whitespace | han (one word per Han character, data/vocab.py)
+    word_split: str = "whitespace"  # type=word: whitespace | han (one word per Han character, data/vocab/words.py)
     # The source side is the WordPiece vocabulary of this pretrained encoder (a name or directory,
     # nn/pretrained.py), the target side its own vocabulary of `type`/`size` (so `joint` is false).
     # Set from model.pretrained_encoder when that is set (config/composition.py).

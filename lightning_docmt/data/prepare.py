@@ -1,7 +1,7 @@
 """Vocabulary + binarized splits of a config, built once and shared (`docmt prepare`, docs/design.md section 9).
 
 Cache layout under `data.cache_dir`:
-`vocab/<vocab key>/` (see `vocab.py`) and `bin/<split>-<split key>/` (see `cache.py`). The keys
+`vocab/<vocab key>/` (see `vocab/building.py`) and `bin/<split>-<split key>/` (see `cache.py`). The keys
 are computed from corpus fingerprints and options alone, so `cache_layout` finds existing
 entries without reading any corpus; `build_caches` reads each corpus at most once, and only when
 something is missing. With an external tokenizer (`context.external`, docs/design.md section 5)

@@ -31,7 +31,7 @@ about the antecedent's gender, so the best it can do is always choose the more f
 since half the nouns are feminine and antecedents are drawn uniformly. On sense items the sentence
 carries nothing about the topic, so the best is the most frequent topic: 1/`topics` (50% by default).
 A model that reads k previous sentences can resolve every pronoun at distance <= k and every sense
-item (the cue is one sentence back), i.e. ~100% with k >= 3. `contrastive.context_free_ceiling`
+item (the cue is one sentence back), i.e. ~100% with k >= 3. `contrastive_suites.context_free_ceiling`
 measures the context-free bound empirically (a rule learned on the train split's suite, applied to
 the test split's suite); the tests check that it matches these rates.
 
@@ -61,7 +61,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from lightning_docmt.data.contrastive import write_suite
+from lightning_docmt.data.contrastive_suites import write_suite
 from lightning_docmt.data.corpora import split_query
 from lightning_docmt.data.types import Corpus, Document
 from lightning_docmt.errors import DocMTInputError
@@ -331,7 +331,7 @@ def config_fingerprint(name: str) -> str:
 
 
 def contrastive_suite(name: str, split: str = "test") -> list[dict]:
-    """The contrastive examples of a split, in the generic format of `data/contrastive.py`.
+    """The contrastive examples of a split, in the generic format of `data/contrastive_suites.py`.
 
     One example per context-dependent word; candidates are the target sentence with each possible
     word (`il`/`elle`, or one sense per topic), `label` the correct one; the context is every

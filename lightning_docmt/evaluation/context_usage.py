@@ -34,7 +34,7 @@ Every pass runs under the autocast of the test loop's precision (`inference/devi
 Scores are in nats per target token (the final `<eos>` included), in the order of `sent_index`.
 Models that carry a state from sentence to sentence are scored only in document order, which these
 passes do not do: they are refused (`check_sentence_by_sentence`); their test loop scores them
-(`training/carried_context.py`).
+(`evaluation/carried_context.py`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,9 @@ from lightning_docmt.data.sampler import TokenBudgetBatchSampler
 from lightning_docmt.nn.scoring import token_log_probs
 from lightning_docmt.inference.device import autocast_for
 from lightning_docmt.inference.own_outputs import OutputTokens, WithContextTargets
-from lightning_docmt.inference.translate import LoadedModel, check_sentence_by_sentence, collated
+from lightning_docmt.inference import decoding
+from lightning_docmt.inference.loaded_model import LoadedModel
+from lightning_docmt.inference.translate import check_sentence_by_sentence, collated
 
 # What each score means, printed under every table that shows it (tables/report.py), so that no
 # column is read the wrong way round: `random_ctx/cxmi` is not "the CXMI of random context".
@@ -109,7 +111,7 @@ def sentence_log_probs(model: LoadedModel, split: BinarizedSplit,
         for total, anchors in zip(totals, contexts):
             batch = {k: v.to(model.device) for k, v in
                      collate(split, batch_indices, window, anchors).items()}
-            per_token = token_log_probs(model.module.model, batch)  # (B, T), 0 at padding
+            per_token = token_log_probs(model.model, batch)  # (B, T), 0 at padding
             total[batch_indices] = per_token.sum(dim=1).double().cpu().numpy()
         tokens[batch_indices] = batch["tgt_out"].ne(PAD_ID).sum(dim=1).cpu().numpy()
     return [SentenceLogProbs(total, tokens) for total in totals]
@@ -129,8 +131,7 @@ def decode_bleu(model: LoadedModel, split: BinarizedSplit, anchors: ContextAncho
     hyps = [""] * split.n_sentences
     with torch.no_grad():
         for batch in collated(split, sampler, model.window, model.device, anchors):
-            best = model.module.translate_batch(batch, beam=cfg.decode.beam,
-                                                len_penalty=cfg.decode.len_penalty)
+            best = decoding.best_tokens(model.model, batch, cfg.decode, cfg.decode.beam)
             for i, ids in zip(batch["sent_index"].tolist(), best):
                 hyps[i] = model.tgt_vocab.decode(ids)
     return metrics.corpus_bleu(hyps, references, tokenize=tokenize,

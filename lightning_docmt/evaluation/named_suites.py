@@ -8,7 +8,7 @@ may name one of them instead of a suite file:
 - `NAME:DIR`: the folder itself.
 
 The folder is converted to the generic format on the fly by the converters of
-`data/contrastive.py` (the files are never copied or rewritten). A suite belongs to one language
+`data/contrastive_suites.py` (the files are never copied or rewritten). A suite belongs to one language
 pair; a run whose languages are known (`data.src_lang`/`data.tgt_lang` or a `bible:` spec) and
 differ is one error line naming `eval.contrastive`: a de-en model cannot be scored on en-de
 candidates.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from lightning_docmt.data.contrastive import (ConvertedSuite, convert_contrapro, convert_discevalmt,
+from lightning_docmt.data.contrastive_suites import (ConvertedSuite, convert_contrapro, convert_discevalmt,
                                                convert_scat)
 from lightning_docmt.errors import DocMTInputError
 

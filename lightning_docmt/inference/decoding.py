@@ -31,6 +31,7 @@ With k = 1 and alpha = 0 this is exactly greedy search. Finished sentences leave
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -175,3 +176,19 @@ def beam_search(model: IncrementalSeq2Seq, batch: dict[str, Tensor], beam: int =
                 max_len_a: float = 1.2, max_len_b: float = 10) -> list[Hypothesis]:
     """The best hypothesis of every sentence (see `beam_search_nbest`)."""
     return [hyps[0] for hyps in beam_search_nbest(model, batch, beam, len_penalty, max_len_a, max_len_b, nbest=1)]
+
+
+@torch.no_grad()
+def best_tokens(model: IncrementalSeq2Seq, batch: dict[str, Tensor], decode: Any, beam: int,
+                len_penalty: float | None = None) -> list[list[int]]:
+    """The best hypothesis' token ids (no `<bos>`/`<eos>`) of every sentence of `batch`: greedy
+    search for `beam` 1, else beam search, with the run's `decode.*` settings (`max_len_a`,
+    `max_len_b`, and `len_penalty`, GNMT's alpha, unless given). The one decode of the test loop,
+    `docmt translate` and the random-context controls (trap K11: one path, one precision)."""
+    if beam == 1:
+        results = greedy_search(model, batch, max_len_a=decode.max_len_a, max_len_b=decode.max_len_b)
+    else:
+        alpha = decode.len_penalty if len_penalty is None else len_penalty
+        results = beam_search(model, batch, beam=beam, len_penalty=alpha, max_len_a=decode.max_len_a,
+                              max_len_b=decode.max_len_b)
+    return [r.tokens for r in results]

@@ -4,7 +4,7 @@ A model with target-side context reads `ctx_tgt`, which `data/collate.py` cuts f
 target side: the references in training. At test and translation time the previous sentences'
 target side must be what the model output for them. `OutputTokens` holds those outputs in the
 shape of a `TokenArray`, and `WithOwnTargets` is a split whose target side they are, so the same
-collation builds `ctx_tgt` from them (`inference/translate.py`, `training/module.py`). Sentence j's
+collation builds `ctx_tgt` from them (`inference/document_order.py`). Sentence j's
 context is complete once the batches of the sentences before it are decoded, which document-order
 batches (`data/doc_sampler.py`) guarantee. `WithContextTargets` keeps the references as the target
 side and reads only the context from the outputs: scoring the references (CXMI) with the previous

@@ -3,7 +3,7 @@
 In every batch `ctx_tgt` holds the previous *reference* target sentences (`batch.py`): right
 for training (teacher forcing), wrong for testing, where a model would read gold translations of
 the sentences before the one it translates (test BLEU inflated). So a decoding evaluation loop
-(`training/module.py`) and `docmt translate` (`inference/translate.py`) give such a model its own
+(`training/evaluation_loop.py`) and `docmt translate` (`inference/translate.py`) give such a model its own
 translations of the previous sentences instead; the loop needs document-order batches for that,
 and without them test BLEU is an error naming `data.document_order`. A loss-only validation keeps
 the teacher-forced reference context, as in training. Contrastive suites supply their own target
@@ -27,7 +27,7 @@ def reads_reference_target(cfg: DictConfig) -> bool:
 def check_no_reference_target(cfg: DictConfig, what: str) -> None:
     """A `DocMTInputError` naming `data.document_order` when `what` (test BLEU) would read reference
     target sentences: with document-order batches the evaluation loop reads the model's own
-    translations of the previous sentences instead (`training/module.py`), without them it could
+    translations of the previous sentences instead (`inference/document_order.py`), without them it could
     not (a sentence may come before the one it follows)."""
     if reads_reference_target(cfg) and not cfg.data.document_order:
         raise DocMTInputError(

@@ -1,86 +1,41 @@
-"""Inference on raw documents with a self-contained checkpoint (`docmt translate`, `docmt contrastive`).
+"""Inference on raw documents with a loaded checkpoint (`docmt translate`, `docmt contrastive`;
+`loaded_model.py`), in plain PyTorch: nothing here imports Lightning.
 
-A checkpoint written by `DocMTModule` carries its resolved config (hyper-parameters) and its
-vocabularies (`docmt_vocab`), so translating needs nothing but the checkpoint file. Raw documents
-are binarized into a temporary cache with the training code path (`cache.build_cache`, the same
-windows and collation), so inference sees exactly the context layout the model was trained on.
+Raw documents are binarized into a temporary cache with the training code path
+(`cache.build_cache`, the same windows and collation), so inference sees exactly the context layout
+the model was trained on.
 """
 
 from __future__ import annotations
 
-import functools
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.data.cache import BinarizedSplit, build_cache, load_cache
 from lightning_docmt.data.collate import collate, row_lengths
 from lightning_docmt.data.context_anchors import ContextAnchors
 from lightning_docmt.data.doc_sampler import DocumentOrderBatchSampler
 from lightning_docmt.data.sampler import TokenBudgetBatchSampler
-from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
 from lightning_docmt.data.types import Document
-from lightning_docmt.checkpoints import VOCAB_KEY, load_state, read_checkpoint, unpack_vocabularies
-from lightning_docmt.data.vocab import Vocabulary
 from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference.own_outputs import OutputTokens, WithOwnTargets
+from lightning_docmt.inference import decoding
+from lightning_docmt.inference.document_order import DocumentOrderWalk
+from lightning_docmt.inference.loaded_model import LoadedModel
 from lightning_docmt.inference.reference_context import reads_reference_target
-from lightning_docmt.nn.training_hooks import CARRY_KEY
-from lightning_docmt.nn.carried_state import CarriedState
-from lightning_docmt.training.module import DocMTModule
 
 DOCUMENTS_PER_BATCH = 128  # document-order translation: the documents decoded side by side
-
-@dataclass
-class LoadedModel:
-    module: DocMTModule
-    cfg: DictConfig
-    src_vocab: Vocabulary
-    tgt_vocab: Vocabulary
-
-    @functools.cached_property
-    def external(self) -> ExternalTokenizer | None:
-        """The tokenizer of the model's external context stream (`context.external`), if any."""
-        return external_tokenizer(self.cfg.context)
-
-    @property
-    def window(self) -> WindowSpec:
-        return WindowSpec.from_config(self.cfg.context, self.external)
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.module.parameters()).device
-
-
-def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
-    """The model (on `device`), config and vocabularies of a self-contained checkpoint (read without
-    running code, loaded strictly: a checkpoint whose weights do not fit its own config is an error)."""
-    path = Path(path)
-    ckpt = read_checkpoint(path)
-    if VOCAB_KEY not in ckpt or "hyper_parameters" not in ckpt:
-        raise DocMTInputError("not a lightning_docmt checkpoint (no config or vocabulary inside)",
-                              path=path)
-    hparams = ckpt["hyper_parameters"]
-    cfg = OmegaConf.create(hparams["config"])
-    module = DocMTModule(**hparams)
-    load_state(module, ckpt["state_dict"], path)
-    module.to(device).eval()
-    src_vocab, tgt_vocab = unpack_vocabularies(ckpt[VOCAB_KEY])
-    return LoadedModel(module, cfg, src_vocab, tgt_vocab)
-
 
 def check_sentence_by_sentence(model: LoadedModel, what: str) -> None:
     """A model that hands a state from each sentence to the next (`carries_state`) is run in
     document order only by the test loop (`docmt test`), `translate_documents` and contrastive
     scoring; `what` (the context-usage passes, explaining a selection) takes sentences out of their
     documents, so it is an error naming `model.arch`."""
-    if type(model.module.model).carries_state:
+    if type(model.model).carries_state:
         raise DocMTInputError(f"{what} of a model that carries state from sentence to sentence "
                               f"('{model.cfg.model.arch}') needs document-order decoding, which "
                               f"only the test loop does (docmt test)", key="model.arch")
@@ -122,7 +77,7 @@ def explain_selection(model: LoadedModel, documents: Sequence[Document]) -> list
         kept: list[list[int]] = [[] for _ in range(split.n_sentences)]
         indices = np.arange(split.n_sentences)
         for batch in batches(split, indices, window, model.cfg.decode.batch_max_tokens, model.device):
-            rows = model.module.model.kept_context_tokens(batch)
+            rows = model.model.kept_context_tokens(batch)
             if rows is None:
                 raise DocMTInputError(f"model.arch '{model.cfg.model.arch}' selects no context tokens; "
                                       f"--explain needs a model with a hard context selection "
@@ -154,37 +109,29 @@ def translate_documents(model: LoadedModel, documents: Sequence[Document], *, be
     """Detokenised translations of every sentence, grouped by document, in input order.
 
     A model that reads what came before in the target language translates each document in
-    order, never reading a reference: one with target-side context (`ctx_tgt`) reads its own
-    previous translations there, and one that carries a state from sentence to sentence
-    (`carries_state`, e.g. the shared-context RNN) reads the state that its own translation of
-    sentence j - 1 handed on (`Seq2SeqModel.output_carry`). Other models translate length-sorted
-    batches."""
-    network = model.module.model
-    carry = CarriedState() if type(network).carries_state else None
-    own_targets = reads_reference_target(model.cfg)
+    order, never reading a reference (`document_order.DocumentOrderWalk`): one with target-side
+    context (`ctx_tgt`) reads its own previous translations there, and one that carries a state
+    from sentence to sentence (`carries_state`, e.g. the shared-context RNN) reads the state that
+    its own translation of sentence j - 1 handed on (`Seq2SeqModel.output_carry`). Other models
+    translate length-sorted batches."""
+    network = model.model
     with tempfile.TemporaryDirectory() as tmp:
         split = binarize_documents(documents, model, Path(tmp))
+        walk = DocumentOrderWalk(network, split, model.window, own_targets=reads_reference_target(model.cfg))
         hyps: list[str] = [""] * split.n_sentences
-        outputs = OutputTokens(split.n_sentences)
-        if carry is None and not own_targets:
+        if walk.needed:  # sentence j after sentence j - 1 is done
+            loader = document_order_batches(split, model.window, model.device)
+        else:
             loader = batches(split, np.arange(split.n_sentences), model.window,
                              model.cfg.decode.batch_max_tokens, model.device)
-        else:  # batches read `outputs` when they are made: sentence j after sentence j - 1 is done
-            loader = document_order_batches(WithOwnTargets(split, outputs) if own_targets else split,
-                                            model.window, model.device)
         for batch in loader:
-            if carry is not None:
-                batch = {**batch, CARRY_KEY: carry.rows(batch, network.initial_carry(batch))}
-            translated = model.module.translate_batch(batch, beam=beam, len_penalty=len_penalty)
-            if carry is not None:
-                handed_on = network.output_carry(batch, translated)
-                if handed_on is None:
-                    raise DocMTInputError(f"model.arch '{model.cfg.model.arch}' carries a state but "
-                                          f"says nothing of what its output hands on (output_carry)",
-                                          key="model.arch")
-                carry.keep(batch, handed_on)
+            batch = walk.read(batch)
+            translated = decoding.best_tokens(network, batch, model.cfg.decode, beam, len_penalty)
+            if not walk.decoded(batch, translated):
+                raise DocMTInputError(f"model.arch '{model.cfg.model.arch}' carries a state but "
+                                      f"says nothing of what its output hands on (output_carry)",
+                                      key="model.arch")
             for i, ids in zip(batch["sent_index"].tolist(), translated):
                 hyps[i] = model.tgt_vocab.decode(ids)
-                outputs.record(i, ids)
         bounds = split.doc_offsets
     return [hyps[bounds[d]:bounds[d + 1]] for d in range(len(documents))]

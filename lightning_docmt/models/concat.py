@@ -3,7 +3,7 @@
 Tiedemann & Scherrer 2017 ("2-to-1"), the uni-encoder concatenation baseline (`model.arch=concat`).
 A standard Transformer whose encoder reads the concatenation and whose decoder attends to every
 encoded position; the target is the current sentence only. Only previous sentences are read. Ma
-et al. 2020's "Uni Transformer" / "w/o Unified" row (reading F4 in docs/papers/flat2020.md) is not
+et al. 2020's "Uni Transformer" / "w/o Unified" row (reading F4 in docs/papers/ma2020.md) is not
 this model but `flat` with `model.unified=false model.segment_embedding=false`
 (`models/flat.py`): the same kind of encoder over the Flat-Transformer's own input (previous AND
 next sentences, no `<sep>`, reading F3), so that the ablation changes nothing else.

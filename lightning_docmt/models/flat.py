@@ -1,5 +1,5 @@
 """Ma, Zhang & Zhou 2020, "A Simple and Effective Unified Encoder for Document-Level Machine
-Translation": the Flat-Transformer (docs/papers/flat2020.md sections 1 and 5).
+Translation": the Flat-Transformer (docs/papers/ma2020.md sections 1 and 5).
 
 One encoder reads the current source sentence together with its surrounding source sentences:
 

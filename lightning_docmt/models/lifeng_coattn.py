@@ -14,7 +14,7 @@ theta_s = everything else: the Transformer under its own names (so a sentence Tr
 checkpoint, the pre-training of Eq. 32, loads with only the new modules missing) and the
 co-attention (`coattn.*`: f_q, the soft attention, its FFN, the gate).
 
-Cross-training (section 3, step 3) is two optimizer phases (`nn/training_hooks.py`), theta_s first
+Cross-training (section 3, step 3) is two optimizer phases (`nn/model_hooks.py`), theta_s first
 (reading L9), each frozen while the other trains:
 - `theta_s`: z from the width-2 beam of the current selector (reading L1), cross entropy (Eq. 31);
   gradients reach the shared encoder through H^cur and H^doc.
@@ -64,7 +64,7 @@ from lightning_docmt.nn.hard_selection import HardSelector, Selection
 from lightning_docmt.nn.layers import FeedForward, LayerInputs
 from lightning_docmt.nn.residual import LAYER_NORM_EPS
 from lightning_docmt.nn.seq2seq import EncoderState
-from lightning_docmt.nn.training_hooks import LossTerms, OptimizerPhase, OutputLoss
+from lightning_docmt.nn.model_hooks import LossTerms, OptimizerPhase, OutputLoss
 from lightning_docmt.config.registry import register_arch
 from lightning_docmt.nn.reinforce import REWARDS, advantages, policy_loss
 

@@ -23,7 +23,7 @@ Parameter names (globs for staged freezing): `src_embed.*`, `tgt_embed.*`, `enco
 (`src_embed.weight`; `tgt_embed.weight` when only the output is tied).
 
 Pretrained encoder (`pretrained_encoder`, `nn/pretrained.py`; Ma et al. 2020's "+BERT" rows,
-docs/papers/flat2020.md readings F5, F10-F14): the source embedding is BERT's (`PretrainedEmbedding`:
+docs/papers/ma2020.md readings F5, F10-F14): the source embedding is BERT's (`PretrainedEmbedding`:
 words, learned positions, token types, LayerNorm) and the encoder layers are post-LN layers of the
 checkpoint's sizes, activation and LayerNorm epsilon, under the same parameter names. The
 constructor builds them from `pretrained_layout` (filled in when the config is composed) and loads

@@ -16,7 +16,7 @@ Variants (`context`, `context_side`; the preset sets `context_side` to `${contex
   carries with `context.prev_sentences=1`; an empty context is an empty z (reading Y12).
 - `shared`: z = the encoder's states s of the previous source sentence and/or the decoder's top
   LSTM states h (not h~) of the previous target sentence (reading Y4, trap 14), carried from
-  sentence to sentence (`carries_state`, `nn/training_hooks.py`). Built as `SharedContextRNN`.
+  sentence to sentence (`carries_state`, `nn/model_hooks.py`). Built as `SharedContextRNN`.
 - `mix` sums the source and target context vectors, each with its own attention (trap 15); with
   `separated` it reads both context encoders (reading Y12).
 
@@ -49,7 +49,7 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.lstm import BiLSTMEncoder, LSTMState, between_layers
 from lightning_docmt.nn.luong_attention import AttentionalHidden, Memory, dot_attention
 from lightning_docmt.nn.seq2seq import DecoderCache, EncoderState, Seq2SeqModel
-from lightning_docmt.nn.training_hooks import CARRY_KEY, LossTerms, OutputLoss
+from lightning_docmt.nn.model_hooks import CARRY_KEY, LossTerms, OutputLoss
 from lightning_docmt.config.registry import register_arch
 
 CONTEXTS = ("none", "separated", "shared")

@@ -37,7 +37,7 @@ both off nothing reads C^(Nc), so the context encoder is not built either and th
 sentence Transformer (Table 8, row "none"); `ctx_src` is then not needed.
 
 +BERT (Ma et al. 2020, Table 2, the dual-encoder "Transformer (Zhang et al. 2018) + BERT" row;
-`model.pretrained_encoder`, docs/papers/flat2020.md readings F5, F10-F14, `nn/pretrained.py`): the
+`model.pretrained_encoder`, docs/papers/ma2020.md readings F5, F10-F14, `nn/pretrained.py`): the
 sentence encoder is the checkpoint's (embeddings and layers, fine-tuned), with the context-attention
 sublayers (Eq. 12, new) inserted into its layers. NOT IN PAPER, reading F14: the context encoder
 reads the context through the same BERT embeddings (Z3's shared table; token type 0, positions
@@ -68,7 +68,7 @@ from lightning_docmt.nn.gating import ContextGate, gate_stats
 from lightning_docmt.nn.layers import LayerInputs, TransformerLayer, TransformerStack, cross_attention_block
 from lightning_docmt.nn.residual import ResidualBlock
 from lightning_docmt.nn.seq2seq import EncoderState
-from lightning_docmt.nn.training_hooks import LossTerms, OutputLoss
+from lightning_docmt.nn.model_hooks import LossTerms, OutputLoss
 from lightning_docmt.config.registry import register_arch
 
 THETA_S_GLOBS = [

@@ -1,7 +1,7 @@
 """The training loss fused with the output projection: no (tokens, V) tensor is ever held whole.
 
 `output_label_smoothed_nll(hidden, weight, target, eps, pad_id)` equals
-`label_smoothed_nll(hidden @ weight.T, target, eps, pad_id)` (`losses.py`), value and gradients, but
+`label_smoothed_nll(hidden @ weight.T, target, eps, pad_id)` (`nn/reference_loss.py`), value and gradients, but
 works through the target tokens in chunks of about `CHUNK_ELEMENTS / V` rows and computes the
 gradients during the forward pass, from the closed form of the label-smoothed loss's derivative:
 
@@ -32,7 +32,10 @@ softmax and the loss in float32, and the weight gradient is accumulated over chu
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+from lightning_docmt.batch import PAD_ID
+from lightning_docmt.nn.model_hooks import OutputLoss
 
 CHUNK_ELEMENTS = 1 << 21  # float32 logits per chunk: 8 MB, under glibc's largest mmap threshold
 
@@ -54,6 +57,13 @@ def output_label_smoothed_nll(hidden: Tensor, weight: Tensor, target: Tensor, ep
     loss, nll = _FusedOutputLoss.apply(tokens, weight, target[mask], eps, compute_dtype,
                                        torch.is_grad_enabled())
     return loss, nll, mask.sum()
+
+
+def output_loss_of(model: nn.Module, label_smoothing: float = 0.0) -> OutputLoss:
+    """The `OutputLoss` a model's `loss_terms` is handed: `output_label_smoothed_nll` with the
+    model's bias-free `output` projection, `label_smoothing` and the batch contract's padding."""
+    return lambda hidden, target: output_label_smoothed_nll(hidden, model.output.weight, target,
+                                                            label_smoothing, PAD_ID)
 
 
 class _FusedOutputLoss(torch.autograd.Function):

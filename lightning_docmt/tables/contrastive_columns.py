@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig
 
-from lightning_docmt.evaluation.contrastive import CORPUS_SUITE
+from lightning_docmt.evaluation.contrastive_scoring import CORPUS_SUITE
 from lightning_docmt.evaluation.named_suites import NAMED_SUITES
 
 PREFIX = "contrastive:"
@@ -30,7 +30,7 @@ class ContrastiveColumn:
 
     @property
     def suite_name(self) -> str:
-        """The suite's name in metric names (`evaluation/contrastive.py`)."""
+        """The suite's name in metric names (`evaluation/contrastive_scoring.py`)."""
         if self.entry in NAMED_SUITES or self.entry == CORPUS_SUITE:
             return self.entry
         return Path(self.entry).stem

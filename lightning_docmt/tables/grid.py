@@ -15,7 +15,7 @@ files, and `docmt table GRID.yaml` runs them and writes the grid:
 
 Every part has the same row names in the same order: they are the grid's columns. A cell holds the
 part's mean ± sample sd over its finished seeds, with the part's significance mark for test BLEU
-(↑/↓ against that part's baseline row in every seed, tables/significance.py). The line below each
+(↑/↓ against that part's baseline row in every seed, tables/row_significance.py). The line below each
 part gives the paper's numbers, taken from the part's rows (`paper:`), so they are written once.
 """
 
@@ -36,7 +36,7 @@ from lightning_docmt.tables.report import (MARKED_METRIC, MetricSummary, RowSumm
                                           context_columns_legend, decimals, number_cell, ours_cell,
                                           raw_cell, run_provenance)
 from lightning_docmt.tables.runner import RunRow, TableOutcome, TableResults, run_table, table_results
-from lightning_docmt.tables.significance import RowSignificance
+from lightning_docmt.tables.row_significance import RowSignificance
 from lightning_docmt.tables.spec import SAFE_NAME, Table, hint, load_table, read_spec_file
 
 GRID_KEYS = ("id", "title", "metrics", "parts", "notes")

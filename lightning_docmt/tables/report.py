@@ -101,7 +101,7 @@ def summarize(table: Table, records: Sequence[RunRecord]) -> list[RowSummary]:
 
 
 # Per row: (mark, p-values per seed) of its test BLEU against the table's baseline row
-# (tables/significance.py); rows without a test are absent.
+# (tables/row_significance.py); rows without a test are absent.
 Significance = Mapping[str, tuple[str, Sequence[float]]]
 MARKED_METRIC = "test/bleu"
 

@@ -52,7 +52,7 @@ from lightning_docmt.config.schema import inert_keys
 from lightning_docmt.distributed import is_global_zero, progress
 from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.tables.significance import RowSignificance, row_significance
+from lightning_docmt.tables.row_significance import RowSignificance, row_significance
 from lightning_docmt.tables.report import (DONE, FAILED, FINISHED, INCOMPLETE, RowSummary, RunRecord,
                                           log_table_to_wandb, summarize, write_bar_chart,
                                           write_csv, write_markdown)

@@ -7,7 +7,7 @@
     base: [model.arch=zhang_doc, data.corpus=bible:en-fr]     # overrides shared by every row
     seeds: [1, 2, 3]                      # optional; else the run config's train.seed
     baseline: none                        # optional: the row whose test BLEU every other row is
-                                          # tested against, per seed (tables/significance.py)
+                                          # tested against, per seed (tables/row_significance.py)
     evaluate: test                        # optional: `valid` for a selection table (a sweep): the
                                           # rows are trained and scored on valid only, the test
                                           # split is never decoded; its metrics are `val/...`
@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_docmt.config.composition import Layer, compose, compose_layers, override_layers
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.yaml_file import YamlFile
-from lightning_docmt.evaluation.contrastive import CORPUS_SUITE
+from lightning_docmt.evaluation.contrastive_scoring import CORPUS_SUITE
 from lightning_docmt.tables import contrastive_columns
 
 TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "baseline", "evaluate", "notes")

@@ -5,10 +5,9 @@ PyTorch) with its config dataclass (`config/registry.register_arch`); `DocMTModu
 `model.arch` and owns everything Lightning does with it.
 
 The shared recipe: label-smoothed cross entropy, Adam with the schedules of `schedules.py`
-(continuable across stages), validation loss and BLEU over the *whole* validation set with
-hypotheses gathered from every rank before scoring (per-rank BLEU averaged is not corpus BLEU,
-docs/design.md section 12), test metrics (BLEU with its sacreBLEU signature, chrF, document BLEU),
-and the speed figures of `speed.py` (training throughput stored with every checkpoint, test
+(continuable across stages), the training throughput of `speed.py` (stored with every
+checkpoint), and one `EvaluationLoop` per validation or test loop (`evaluation_loop.py`: loss and
+BLEU over the *whole* split with every rank's hypotheses gathered, the test metrics, the test
 decoding speed).
 
 Loss normalisation (`scaled_loss`, `normalise_gradients`): an update's gradient is that of the loss
@@ -16,25 +15,23 @@ summed over every rank and every accumulated batch, divided by all their target 
 fairseq does: the per-token loss of the union of the update's batches, whatever the world size and
 the accumulation (`update_size.py`).
 
-The model's training hooks (`nn/training_hooks.py`, the Lightning side in `model_hooks.py`):
+The model's training hooks (`nn/model_hooks.py`, the Lightning side here and in `optimizer_phases.py`):
 - `loss_terms`: the loss of a batch, in the current optimizer phase during training.
 - `optimizer_phases`: the module switches to manual optimisation with one optimizer per phase; each
   training step backpropagates, clips (`train.optim.clip_norm`), steps the current phase's
   optimizer and its scheduler, and discards every gradient (`phase_update`). The phase state
   travels in checkpoints.
-- `carries_state`: a `CarriedState` per loop passes each sentence's state to the next sentence of
-  its document; the training one travels in checkpoints, per rank. When an evaluation loop decodes,
-  the state handed on is the model's `output_carry` of the 1-best hypotheses where it has one
-  (target-side states), so a document is translated from its own outputs; a loss-only validation
+- `carries_state`: a `CarriedState` (`nn/carried_state.py`) passes each training sentence's state
+  to the next sentence of its document; it travels in checkpoints, per rank. Evaluation loops walk
+  their split with `inference/document_order.DocumentOrderWalk`, as `docmt translate` does: when a
+  loop decodes, the next sentence reads what was output (its own `ctx_tgt`, the `output_carry` of
+  the 1-best hypotheses), so a document is translated from its own outputs; a loss-only validation
   hands on the teacher-forced state.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import random
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -43,29 +40,21 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
-from lightning_docmt.data.collate import collate
 from lightning_docmt.distributed import gather_objects
-from lightning_docmt.data.context_anchors import document_groups
-from lightning_docmt.inference import decoding
-from lightning_docmt.inference.own_outputs import OutputTokens, WithOwnTargets, gathered
-from lightning_docmt.inference.reference_context import reads_reference_target
+from lightning_docmt.inference.own_outputs import OutputTokens
 
-from lightning_docmt.evaluation import metrics
-from lightning_docmt.evaluation.meteor import METEOR_NAME, corpus_meteor
-from lightning_docmt.batch import PAD_ID
-from lightning_docmt.data.languages import bleu_tokenizer
-from lightning_docmt.nn.output_loss import output_label_smoothed_nll
+from lightning_docmt.nn.output_loss import output_loss_of
 from lightning_docmt.checkpoints import VOCAB_KEY, pack_vocabularies
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.seq2seq import Seq2SeqModel
-from lightning_docmt.nn.training_hooks import CARRY_KEY, LossTerms
-from lightning_docmt.config.registry import get_arch, model_config
-from lightning_docmt.training.carried_context import CarriedContextUsage
+from lightning_docmt.nn.model_hooks import CARRY_KEY, LossTerms
+from lightning_docmt.config.registry import build_model
 from lightning_docmt.nn.carried_state import CarriedState
-from lightning_docmt.training.model_hooks import (PhaseCycle, check_training_hooks, model_phases,
+from lightning_docmt.training.evaluation_loop import EvaluationLoop
+from lightning_docmt.training.optimizer_phases import (PhaseCycle, check_training_hooks, model_phases,
                                                   phase_parameter_names)
 from lightning_docmt.training.schedules import lr_lambda
-from lightning_docmt.training.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, Stopwatch, rate
+from lightning_docmt.training.speed import TRAIN_SPEED_KEY, Stopwatch
 
 PHASES_KEY = "docmt_optimizer_phases"  # checkpoint key of the PhaseCycle state
 CARRY_STATE_KEY = "docmt_carried_state"  # checkpoint key of the training CarriedState, one per rank
@@ -87,9 +76,7 @@ class DocMTModule(pl.LightningModule):
         check_training_hooks(type(self.model), phases, self.cfg)
         self.phases = PhaseCycle(phases) if phases else None
         self.automatic_optimization = self.phases is None
-        carries = type(self.model).carries_state
-        self._train_carry = CarriedState() if carries else None
-        self._eval_carry = CarriedState() if carries else None
+        self._train_carry = CarriedState() if type(self.model).carries_state else None
         self.step_offset = step_offset
         self.lr_override = lr_override
         # (params, lr) of the optimizer groups split off from group 0 (see `add_param_group`)
@@ -98,16 +85,10 @@ class DocMTModule(pl.LightningModule):
         # pretrained encoder's tensors: `training/run.pretrained_lr_group`, reading F15)
         self.own_lr_group: tuple[list[torch.nn.Parameter], float] | None = None
         self.output_dir: Path | None = None  # where test hypotheses and signatures are written
-        self._eval_records: list[tuple[int, int, str]] = []  # (sent_index, doc_index, hypothesis)
-        self._eval_sums = torch.zeros(3)  # loss sum, nll sum, target tokens
-        # a carrying model's context usage, scored by its test loop (`carried_context.py`)
-        self._carried_usage = CarriedContextUsage(torch.zeros(0, dtype=torch.long))
         self._train_clock = Stopwatch()  # training time of this fit, validation left out
         self._train_tokens: torch.Tensor | int = 0  # this rank's trained target tokens (on device)
         self._update_tokens: torch.Tensor | int = 0  # this rank's target tokens of the current update
-        self._decode_stats = torch.zeros(2, dtype=torch.float64)  # beam-search seconds, sentences
-        self._eval_split = "valid"  # the split of the current evaluation loop
-        self._own_targets: OutputTokens | None = None  # its translations so far (target-side context)
+        self._eval: EvaluationLoop | None = None  # the current (or last) validation or test loop
 
     @staticmethod
     def build_model(model_cfg: DictConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2SeqModel:
@@ -116,10 +97,9 @@ class DocMTModule(pl.LightningModule):
         Its `output` must be bias-free: the training loss is fused with the output weight
         (`nn/output_loss.py`), which has no term for a bias.
         """
-        model_class = get_arch(model_cfg.arch).model_class
-        model = model_class(model_config(model_cfg), src_vocab_size, tgt_vocab_size)
+        model = build_model(model_cfg, src_vocab_size, tgt_vocab_size)
         if model.output.bias is not None:
-            raise TypeError(f"{model_class.__name__}.output has a bias: the fused training loss "
+            raise TypeError(f"{type(model).__name__}.output has a bias: the fused training loss "
                             f"(nn/output_loss.py) needs a bias-free output projection")
         return model
 
@@ -131,8 +111,7 @@ class DocMTModule(pl.LightningModule):
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The `OutputLoss` handed to the model: label smoothing `train.optim.label_smoothing`,
         computed together with the output projection (`nn/output_loss.py`)."""
-        return output_label_smoothed_nll(hidden, self.model.output.weight, target,
-                                         self.cfg.train.optim.label_smoothing, PAD_ID)
+        return output_loss_of(self.model, self.cfg.train.optim.label_smoothing)(hidden, target)
 
     def loss_terms(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(label-smoothed loss sum, NLL sum, target tokens) of a batch (teacher forcing), outside
@@ -368,171 +347,29 @@ class DocMTModule(pl.LightningModule):
         self._reset_eval("test")
 
     def _reset_eval(self, split: str) -> None:
-        if self._eval_carry is not None:
-            self._eval_carry.clear()
-        self._eval_split = split
-        self._own_targets = (OutputTokens(self.trainer.datamodule.split(split).n_sentences)
-                             if reads_reference_target(self.cfg) else None)
-        self._eval_records = []
-        self._eval_sums = torch.zeros(3, device=self.device)
-        groups = (torch.from_numpy(document_groups(self.trainer.datamodule.split(split).doc_ids))
-                  if self._scores_carried_context() else torch.zeros(0, dtype=torch.long))
-        self._carried_usage = CarriedContextUsage(groups, self.device)
-        self._decode_stats.zero_()
+        self._eval = EvaluationLoop(self.model, self.cfg, self.trainer.datamodule, split, self.device)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         beam = self.cfg.eval.valid_beam if self.cfg.eval.valid_bleu else 0
-        self._eval_step(batch, beam=beam)
+        self._eval.step(batch, beam, self.output_loss)
 
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, beam=self.cfg.decode.beam)
-
-    def _eval_step(self, batch: dict[str, torch.Tensor], beam: int) -> None:
-        if beam > 0 and self._own_targets is not None:
-            batch = {**batch, **self._own_target_context(batch)}
-        batch, terms = self.batch_terms(batch, self._eval_carry)  # decoding reads the same carry
-        self._eval_sums += torch.stack([terms.loss_sum.detach(), terms.nll_sum.detach(),
-                                        terms.tokens.float()])
-        if self._scores_carried_context():
-            self._carried_usage.add_nll(self.model, batch, self.output_loss)
-        if beam <= 0:
-            return
-        vocab = self.trainer.datamodule.tgt_vocab
-        started = time.perf_counter()
-        hypotheses = self.translate_batch(batch, beam=beam)  # token lists: the device has finished
-        self._decode_stats += torch.tensor([time.perf_counter() - started, len(hypotheses)],
-                                           dtype=torch.float64)
-        if self._eval_carry is not None:  # the next sentence reads what was output, not the reference
-            carry = self.model.output_carry(batch, hypotheses)
-            if carry is not None:
-                self._eval_carry.keep(batch, carry)
-        for sent, doc, ids in zip(batch["sent_index"].tolist(), batch["doc_index"].tolist(),
-                                  hypotheses):
-            self._eval_records.append((sent, doc, vocab.decode(ids)))
-            if self._own_targets is not None:
-                self._own_targets.record(sent, ids)
-        if self._scores_carried_context():  # the random-context control; the real state is handed on
-            self._carried_usage.add_random_hypotheses(self.model, batch, lambda other: [
-                vocab.decode(ids) for ids in self.translate_batch(other, beam=beam)])
+        self._eval.step(batch, self.cfg.decode.beam, self.output_loss)
 
     def own_translations(self) -> OutputTokens | None:
         """The model's own translations of the split its last evaluation loop decoded, every rank's
         (a collective under DDP: call it on every rank), for a model with target-side context
         (`reads_reference_target`); None for the others."""
-        return None if self._own_targets is None else gathered(self._own_targets)
-
-    def _scores_carried_context(self) -> bool:
-        """The test loop of a carrying model scores its context usage itself (`eval.context_usage`):
-        the CXMI passes of `evaluation/context_usage.py` take sentences out of their documents."""
-        return self._eval_carry is not None and self._eval_split == "test" and self.cfg.eval.context_usage
-
-    def _own_target_context(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """`ctx_tgt` (and its segment ids) of the batch's sentences cut from the model's own
-        translations of the sentences before them (`inference/own_outputs.py`), not the references:
-        in document-order batches (required, `check_no_reference_target`) they are decoded already."""
-        datamodule = self.trainer.datamodule
-        split = WithOwnTargets(datamodule.split(self._eval_split), self._own_targets)
-        rows = collate(split, batch["sent_index"].tolist(), datamodule.window)
-        return {key: rows[key].to(batch["src"].device) for key in ("ctx_tgt", "ctx_tgt_seg")}
-
-    @torch.no_grad()
-    def translate_batch(self, batch: dict[str, torch.Tensor], beam: int,
-                        len_penalty: float | None = None) -> list[list[int]]:
-        """Best hypothesis token ids (no bos/eos) for every sentence of the batch; `len_penalty`
-        (GNMT alpha) defaults to `decode.len_penalty`."""
-        dec = self.cfg.decode
-        if beam == 1:
-            results = decoding.greedy_search(self.model, batch, max_len_a=dec.max_len_a,
-                                             max_len_b=dec.max_len_b)
-        else:
-            alpha = dec.len_penalty if len_penalty is None else len_penalty
-            results = decoding.beam_search(self.model, batch, beam=beam, len_penalty=alpha,
-                                           max_len_a=dec.max_len_a, max_len_b=dec.max_len_b)
-        return [r.tokens for r in results]
+        return self._eval.own_translations()
 
     def on_validation_epoch_end(self) -> None:
-        self._finish_eval("val", "valid", with_bleu=self.cfg.eval.valid_bleu)
+        self._log_scores(self._eval.scores("val", self.cfg.eval.valid_bleu and not self.trainer.sanity_checking,
+                                           self.trainer.strategy, self.output_dir))
 
     def on_test_epoch_end(self) -> None:
-        self._finish_eval("test", "test", with_bleu=True)
+        self._log_scores(self._eval.scores("test", True, self.trainer.strategy, self.output_dir))
 
-    def _finish_eval(self, prefix: str, split: str, with_bleu: bool) -> None:
-        sums = self.trainer.strategy.reduce(self._eval_sums, reduce_op="sum")
-        loss_sum, nll_sum, ntok = sums.tolist()
-        ntok = max(ntok, 1.0)
-        log = {f"{prefix}/loss": loss_sum / ntok, f"{prefix}/nll": nll_sum / ntok,
-               f"{prefix}/ppl": math.exp(min(nll_sum / ntok, 50.0))}
-        if with_bleu and not self.trainer.sanity_checking:
-            log.update(self._corpus_scores(prefix, split))
-        if prefix == "test":
-            log[DECODE_SPEED_METRIC] = self._decode_speed()
-        if self._scores_carried_context():
-            log.update(self._carried_usage_scores(nll_sum, ntok, log["test/bleu"]))
-        for key, value in log.items():
+    def _log_scores(self, scores: dict[str, float]) -> None:
+        for key, value in scores.items():
             self.log(key, value, prog_bar=key.endswith(("bleu", "loss")), rank_zero_only=False,
                      sync_dist=False)
-
-    def _decode_speed(self) -> float:
-        """Sentences per second of beam search: all ranks' sentences over the slowest rank's time."""
-        stats = self.all_gather(self._decode_stats.float().to(self.device)).reshape(-1, 2)
-        return rate(float(stats[:, 1].sum()), float(stats[:, 0].max()))  # (world, [s, sents])
-
-    def _carried_usage_scores(self, nll_sum: float, tokens: float, test_bleu: float) -> dict[str, float]:
-        """`cxmi` and `random_ctx/cxmi` (nats per target token that the carried state adds over none
-        and over another document's; `nll_sum` is the loop's own), the test BLEU with another
-        document's state (`random_ctx/bleu`, `random_ctx/bleu_delta`: the same batches and
-        precision as the test BLEU) and the share of rows whose other state was of another
-        collection (`random_ctx/other_collection`)."""
-        usage = self._carried_usage
-        blank, other = self.trainer.strategy.reduce(usage.nll, reduce_op="sum").tolist()
-        rows, other_collection = self.trainer.strategy.reduce(usage.rows, reduce_op="sum").tolist()
-        records, refs = self._gather_records(usage.random_records, "test")
-        random_bleu = self._bleu([hyp for _, _, hyp in records], refs).score
-        return {"cxmi": (blank - nll_sum) / tokens, "random_ctx/cxmi": (other - nll_sum) / tokens,
-                "random_ctx/bleu": random_bleu, "random_ctx/bleu_delta": random_bleu - test_bleu,
-                "random_ctx/other_collection": other_collection / max(rows, 1.0)}
-
-    def _gather_records(self, own: list[tuple[int, int, str]],
-                        split: str) -> tuple[list[tuple[int, int, str]], list[str]]:
-        """Every rank's (sent_index, doc_index, hypothesis) records of `split`, in sentence order,
-        and the split's references, one per record."""
-        records = [r for part in gather_objects(own) for r in part]
-        unique = {sent: (sent, doc, hyp) for sent, doc, hyp in records}  # eval shards are disjoint
-        refs = self.trainer.datamodule.references(split)
-        if len(unique) != len(refs):
-            raise RuntimeError(f"{split}: gathered {len(unique)} hypotheses for {len(refs)} references")
-        return [unique[k] for k in sorted(unique)], refs
-
-    def _bleu(self, hyps: list[str], refs: list[str]) -> Any:
-        """sacreBLEU's corpus BLEU with the run's tokenizer and case setting (`eval.lowercase`)."""
-        return metrics.corpus_bleu(hyps, refs, tokenize=bleu_tokenizer(self.cfg.eval, self.cfg.data),
-                                   lowercase=self.cfg.eval.lowercase)
-
-    def _corpus_scores(self, prefix: str, split: str) -> dict[str, float]:
-        records, refs = self._gather_records(self._eval_records, split)
-        hyps = [hyp for _, _, hyp in records]
-        docs = [doc for _, doc, _ in records]
-        ev, tokenize = self.cfg.eval, bleu_tokenizer(self.cfg.eval, self.cfg.data)
-        bleu = self._bleu(hyps, refs)
-        scores = {f"{prefix}/bleu": bleu.score}
-        if prefix == "test":  # one case setting for every metric (eval.lowercase)
-            chrf = metrics.corpus_chrf(hyps, refs, lowercase=ev.lowercase)
-            scores[f"{prefix}/chrf"] = chrf.score
-            scores[f"{prefix}/dbleu"] = metrics.doc_bleu(hyps, refs, docs, tokenize=tokenize,
-                                                         lowercase=ev.lowercase).score
-            scores[f"{prefix}/meteor"] = 100 * corpus_meteor(hyps, refs, lowercase=ev.lowercase)
-            self._write_eval_outputs(split, hyps, refs, {"bleu": bleu.signature,
-                                                         "chrf": chrf.signature, "meteor": METEOR_NAME})
-        return scores
-
-    def _write_eval_outputs(self, split: str, hyps: list[str], refs: list[str],
-                            signatures: dict[str, str]) -> None:
-        """`<split>.hyp.txt` and `<split>.ref.txt` (one sentence a line, so that the run can be
-        re-scored and tested for significance on its own) and the metrics' signatures."""
-        if self.output_dir is None or not self.trainer.is_global_zero:
-            return
-        out_dir = Path(self.output_dir)
-        for kind, lines in (("hyp", hyps), ("ref", refs)):
-            (out_dir / f"{split}.{kind}.txt").write_text("".join(t + "\n" for t in lines), encoding="utf-8")
-        (out_dir / f"{split}.signature.json").write_text(json.dumps(signatures) + "\n")
-

@@ -17,7 +17,7 @@ the peak at `warmup` to 0 at T has at its first update.
 
 A stage that continues a schedule trains at what is left of it (trap K9 in docs/design.md section 12): 300
 updates after the `cpu` profile's 1,800 start at 0.19 of the linear decay's peak and average 0.09 of
-it. `training/run.check_stages` refuses a stage that trains new parameters and continues a schedule
+it. `training/stages.check_stages` refuses a stage that trains new parameters and continues a schedule
 that decays to 0 (`NEEDS_TOTAL`) from below `CONTINUATION_FLOOR` of its peak, and prints the numbers
 of every other continuation (the inverse square root of the papers' recipes, reading Z9, never
 reaches 0).

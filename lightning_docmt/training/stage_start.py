@@ -24,21 +24,21 @@ from lightning_docmt.data.context_anchors import own_context
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.evaluation.context_usage import sentence_log_probs
 from lightning_docmt.inference.device import autocast_for
-from lightning_docmt.inference.translate import LoadedModel, load_checkpoint
+from lightning_docmt.inference.loaded_model import LoadedModel, load_checkpoint
 from lightning_docmt.training.module import DocMTModule
 
 
 def valid_nll(model: LoadedModel, datamodule: DocumentWindowDataModule, precision: str) -> float:
     """Teacher-forced NLL per target token (`<eos>` included) of the valid split, in eval mode."""
     split = datamodule.split("valid")
-    training = model.module.training
-    model.module.eval()
+    training = model.model.training
+    model.model.eval()
     try:
         with autocast_for(precision, model.device):
             (scores,) = sentence_log_probs(model, split, [own_context(split.doc_offsets)],
                                            int(model.cfg.data.eval_max_tokens))
     finally:
-        model.module.train(training)
+        model.model.train(training)
     return float(-np.sum(scores.total) / max(int(np.sum(scores.tokens)), 1))
 
 
@@ -50,7 +50,7 @@ def initial_damage(module: DocMTModule, scfg: DictConfig, datamodule: DocumentWi
         return {}
     # building the parent's model draws random initial weights: the stage's own draws stay as they were
     with torch.random.fork_rng(devices=[module.device] if module.device.type == "cuda" else []):
-        start = valid_nll(LoadedModel(module, scfg, datamodule.src_vocab, datamodule.tgt_vocab), datamodule,
+        start = valid_nll(LoadedModel(module.model, scfg, datamodule.src_vocab, datamodule.tgt_vocab), datamodule,
                           precision)
         before = load_checkpoint(parent, module.device)
         parent_data = DocumentWindowDataModule(before.cfg.data, before.cfg.vocab, before.cfg.context)

@@ -35,7 +35,7 @@ from lightning_docmt.callbacks.lr_record import LearningRateRecord
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.training.model_hooks import model_phases
+from lightning_docmt.training.optimizer_phases import model_phases
 from lightning_docmt.training.update_size import apply_update_size
 
 # Lightning calls a mid-epoch resume unreliable unless the DataLoader object itself has a

@@ -35,15 +35,16 @@ from omegaconf import DictConfig
 from lightning_docmt.evaluation import metrics
 from lightning_docmt.data.context_anchors import RANDOM_CONTEXT_SEED
 from lightning_docmt.data.cache import BinarizedSplit
-from lightning_docmt.data.contrastive import chance_rates, read_suite
+from lightning_docmt.data.contrastive_suites import chance_rates, read_suite
 from lightning_docmt.data.languages import data_languages
 from lightning_docmt.data.corpora import corpus_suite
 from lightning_docmt.data.splits import split_sources
 from lightning_docmt.data.types import Document
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference.translate import (LoadedModel, batches, binarize_documents,
-                                                  document_order_batches)
-from lightning_docmt.nn.carried_state import CarriedState
+from lightning_docmt.inference.document_order import DocumentOrderWalk
+from lightning_docmt.inference.loaded_model import LoadedModel
+from lightning_docmt.inference.translate import batches, binarize_documents, document_order_batches
+from lightning_docmt.nn.output_loss import output_loss_of
 from lightning_docmt.evaluation.named_suites import NAMED_SUITES, load_named_suite, named_suite
 from lightning_docmt.nn.scoring import sequence_log_probs
 
@@ -86,19 +87,20 @@ def last_sentence_log_probs(model: LoadedModel, split: BinarizedSplit, last: np.
     A model that reads its context through the window scores them alone, in length-sorted batches.
     One that carries a state walks every document in document-order batches (sentence j of each
     document of a group, `inference.translate.document_order_batches`): each batch's teacher-forced
-    state goes on to the next sentence of its document (`DocMTModule.batch_terms`), keyed by
+    state goes on to the next sentence of its document (`inference/document_order.py`), keyed by
     document, so documents batched together never read each other's state.
     """
-    network = model.module.model
+    network = model.model
     if not type(network).carries_state:
         for batch in batches(split, last, model.window, max_tokens, model.device):
             yield batch["sent_index"].tolist(), sequence_log_probs(network, batch).tolist()
         return
     scored = torch.zeros(split.n_sentences, dtype=torch.bool, device=model.device)
     scored[torch.as_tensor(last, device=model.device)] = True
-    carried = CarriedState()
+    walk = DocumentOrderWalk(network, split, model.window, own_targets=False)
     for batch in document_order_batches(split, model.window, model.device):
-        batch, _ = model.module.batch_terms(batch, carried)  # reads the carried rows, keeps the next
+        batch = walk.read(batch)  # the carried rows
+        walk.hand_on(batch, network.loss_terms(batch, output_loss_of(network)).carry)
         rows = scored[batch["sent_index"]]  # (B,) the documents' last sentences
         if rows.any():
             logp = sequence_log_probs(network, batch)  # (B,) with the carried rows of `batch`
@@ -176,7 +178,7 @@ def suite_metrics(model: LoadedModel, suites: dict[str, list[dict]]) -> dict[str
     """Accuracy overall and per phenomenon of every suite, under the names of the module docstring;
     `random_ctx/accuracy`: the accuracy with every example's context exchanged for another
     example's (`with_random_contexts`), the contrastive side of the random-context control; and the
-    suite's `chance` and `majority` rates (`data.contrastive.chance_rates`), to read beside them."""
+    suite's `chance` and `majority` rates (`data.contrastive_suites.chance_rates`), to read beside them."""
     scores: dict[str, float] = {}
     for name, examples in suites.items():
         prefix = "contrastive/" if len(suites) == 1 else f"contrastive/{name}/"

@@ -4,7 +4,7 @@ sentence-by-sentence passes of `evaluation/context_usage.py` would take its sent
 documents (docs/design.md section 8).
 
 Per test batch, whose rows hold one sentence of each of several documents with their carried states
-attached (`DocMTModule.batch_terms`):
+attached (`inference/document_order.DocumentOrderWalk`, in `training/evaluation_loop.py`):
 - the NLL sums with every row's state replaced by the initial one (no context: the layout of a
   document's first sentence) and by another row's (`other_documents`): a row of a document of
   another collection (another book of the Bible, `data/context_anchors.document_groups`; trap K10)
@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 
 from lightning_docmt.nn.seq2seq import Seq2SeqModel, select_rows
-from lightning_docmt.nn.training_hooks import CARRY_KEY
+from lightning_docmt.nn.model_hooks import CARRY_KEY
 
 Record = tuple[int, int, str]  # (sent_index, doc_index, hypothesis)
 

@@ -2,7 +2,7 @@
 
 For every seed that both the row and the baseline finished, the row's test hypotheses are tested
 against the baseline's of the same seed on the same references (`test.hyp.txt` / `test.ref.txt`
-of each run) by paired bootstrap resampling (`evaluation/significance.py`, sacreBLEU's module),
+of each run) by paired bootstrap resampling (`evaluation/paired_tests.py`, sacreBLEU's module),
 with the BLEU settings of the row's run (tokenizer, case). The cell is marked only when the
 difference is significant (p < 0.05) and in the same direction in *every* seed (as Yamagishi &
 Komachi mark their tables): one lucky seed is not a result.
@@ -17,7 +17,7 @@ from typing import Sequence
 from omegaconf import OmegaConf
 
 from lightning_docmt.data.languages import bleu_tokenizer
-from lightning_docmt.evaluation.significance import paired_test, significance_mark
+from lightning_docmt.evaluation.paired_tests import paired_test, significance_mark
 from lightning_docmt.tables.report import RowSummary, RunRecord
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""The training side of a model's hooks (`nn/training_hooks.py`): optimizer phases.
+"""The training side of a model's hooks (`nn/model_hooks.py`): optimizer phases.
 
-`DocMTModule` uses these; `run.check_stages` calls `check_training_hooks` for every stage before
+`DocMTModule` uses these; `stages.check_stages` calls `check_training_hooks` for every stage before
 anything trains, so that a setting a model's hooks cannot work with fails first.
 
 Optimizer phases (`PhaseCycle`, `phase_parameter_names`): one optimizer per phase, over the
@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from lightning_docmt.callbacks.staged_unfreezing import matches
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.nn.training_hooks import OptimizerPhase
+from lightning_docmt.nn.model_hooks import OptimizerPhase
 from lightning_docmt.config.registry import get_arch, model_config
 
 

@@ -1,0 +1,189 @@
+"""What each stage of a run is, before anything trains (docs/design.md section 7): the config a
+stage sees (`stage_config`), the key that names its weights (`stage_key`), its lr (`stage_lr`), and
+the checks that refuse a stage the model or the schedule cannot train (`check_stages`).
+
+Stage reuse: a stage is keyed by a hash of everything that determines its weights (data, vocabulary,
+context, the stage's architecture and sizes, optimisation, seed, the stage's own settings, the code,
+the precision and device it resolves to, and the key of the stage it starts from). Its final
+checkpoint is stored under `<data.cache_dir>/stages/<key>/` (`training/run.py`); a later run
+(another table row, another seed of the same stage 1) reuses it instead of training again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from omegaconf import DictConfig, OmegaConf
+
+from lightning_docmt.callbacks.checkpoint_averaging import check_average_config
+from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing, matches
+from lightning_docmt.config import composition as config_lib
+from lightning_docmt.config.registry import get_arch, model_config
+from lightning_docmt.config.schema import ContextConfig, RunConfig, inert_keys
+from lightning_docmt.distributed import progress
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.provenance import code_fingerprint, resolved_device
+from lightning_docmt.training.optimizer_phases import check_training_hooks
+from lightning_docmt.training.schedules import CONTINUATION_FLOOR, NEEDS_TOTAL, continuation_summary
+from lightning_docmt.training.trainer import resolve_precision, stage_steps
+from lightning_docmt.training.update_size import update_size
+
+STAGE_FORMAT_VERSION = 1  # bump when a stage's checkpoint changes meaning for the same key
+
+
+def stage_config(cfg: DictConfig, name: str) -> DictConfig:
+    """The run config as seen by one stage: the stage's `data`, `optim` and `model` overrides,
+    its `val_every_steps` and `arch` applied (`model` deep-merged, e.g.
+    `{rl: {selection_cost: 0.02}}` keeps the other `rl` keys).
+
+    A stage with another architecture (stage 1 of Zhang's two-step is a `transformer`) keeps the
+    run's shared sizes and drops the options its own config class does not have. A model that
+    reads no context (`Seq2SeqModel.reads_context_with` its settings: a `transformer`, an RNN with
+    `context: none`) gets the default (empty) context, so that its stage key, and hence its
+    checkpoint, is shared by every row that trains the same sentence-level model.
+    """
+    stage = cfg.train.stages[name]
+    container = OmegaConf.to_container(cfg, resolve=True)
+    container["data"].update(OmegaConf.to_container(stage.data, resolve=True))
+    container["train"]["optim"].update(OmegaConf.to_container(stage.optim, resolve=True))
+    if stage.val_every_steps is not None:
+        if stage.val_every_steps < 1:
+            raise DocMTInputError(f"must be a positive number of updates, got {stage.val_every_steps}",
+                                  key=f"train.stages.{name}.val_every_steps")
+        container["train"]["val_every_steps"] = stage.val_every_steps
+    arch = stage.arch or cfg.model.arch
+    entry = get_arch(arch)
+    config_class = entry.config_class
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    unknown = sorted(set(stage.model) - fields)
+    if unknown:
+        raise DocMTInputError(f"model.arch '{arch}' has no option '{unknown[0]}'",
+                              key=f"train.stages.{name}.model.{unknown[0]}")
+    container["model"] = OmegaConf.to_container(OmegaConf.merge(
+        {k: v for k, v in container["model"].items() if k in fields}, stage.model), resolve=True)
+    if not entry.model_class.reads_context_with(container["model"]):
+        container["context"] = dataclasses.asdict(ContextConfig())
+    container["model"]["arch"] = arch
+    scfg = OmegaConf.structured(RunConfig(model=config_class(arch=arch)))
+    scfg.merge_with(container)
+    return scfg
+
+
+def stage_lr(scfg: DictConfig, name: str) -> float:
+    """The stage's lr in the units of `train.optim.lr` (`train.stages.<name>.lr` overrides it): the
+    peak of a warm-up schedule, the multiplier of the inverse square root."""
+    own = scfg.train.stages[name].lr
+    return float(own if own is not None else scfg.train.optim.lr)
+
+
+def check_pretrained_lr_scale(scfg: DictConfig, name: str, phases: list) -> None:
+    """`model.pretrained_lr_scale` (reading F15) other than 1 needs a pretrained encoder, a positive
+    value, and one optimizer whose groups stay fixed: no unfreezing milestones, no optimizer phases."""
+    scale = float(scfg.model.get("pretrained_lr_scale", 1.0))
+    if scale == 1.0:
+        return
+    key = "model.pretrained_lr_scale"
+    if scale <= 0:
+        raise DocMTInputError(f"must be positive, got {scale}", key=key)
+    if scfg.model.get("pretrained_encoder") is None:
+        raise DocMTInputError(f"has no effect without model.pretrained_encoder (stage '{name}')", key=key)
+    if scfg.train.stages[name].unfreeze:
+        raise DocMTInputError(f"unfreezing milestones do not combine with {key}",
+                              key=f"train.stages.{name}.unfreeze")
+    if phases:
+        raise DocMTInputError(f"the optimizer phases of model.arch '{scfg.model.arch}' do not combine "
+                              "with a learning rate of the pretrained tensors' own", key=key)
+
+
+def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
+    """Hash of everything that determines a stage's weights: the config, the code (`provenance`:
+    a fix to the code never reuses a stage trained before it) and the precision and device the
+    stage resolves to here (`auto` means bf16 on one machine and float32 on another). Left out:
+    worker counts, paths, the keys inert in this config (`schema.inert_keys`), and what is scored
+    after testing (the contrastive suites, where they are, the context-usage passes)."""
+    plain = OmegaConf.to_container(scfg, resolve=True)
+    for key in inert_keys(plain):
+        section, option = key.split(".", 1)
+        del plain[section][option]
+    data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir")}
+    if data["train_fraction"] == 1.0:  # the whole split: how a fraction would be drawn is moot
+        data = {k: v for k, v in data.items() if k not in ("train_fraction_draw", "train_fraction_seed")}
+    evaluation = {k: v for k, v in plain["eval"].items()
+                  if k not in ("contrastive", "suites_dir", "context_usage")}  # scored after testing
+    limits = {k: plain["train"][k] for k in ("max_steps", "max_epochs", "max_time_minutes", "accumulate",
+                                               "tokens_per_update", "val_every_steps", "precision",
+                                               "average")}
+    payload = {"version": STAGE_FORMAT_VERSION, "data": data, "vocab": plain["vocab"],
+               "context": plain["context"], "model": plain["model"], "eval": evaluation,
+               "optim": plain["train"]["optim"], "seed": plain["train"]["seed"],
+               "stage": plain["train"]["stages"][name], "limits": limits,
+               "trainer": plain["trainer"], "parent": parent_key, "code": code_fingerprint(),
+               "resolved": resolved_settings(scfg)}
+    return config_lib.config_hash(payload)
+
+
+def resolved_settings(cfg: DictConfig) -> dict[str, str]:
+    """The precision and device a run of `cfg` gets on this machine."""
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    return {"precision": resolve_precision(cfg.train.precision, accelerator),
+            "device": resolved_device(accelerator)}
+
+
+def check_stages(cfg: DictConfig) -> None:
+    """Fail on a bad freezing policy (a trainable or milestone glob that matches nothing, a
+    milestone without lr), averaging setting, or a setting the model's training hooks cannot work
+    with (`optimizer_phases.check_training_hooks`) before any stage trains or anything is written.
+
+    The names come from each model class's `parameter_names` (by default the model built on the
+    meta device with placeholder vocabulary sizes; a model wrapping a pretrained encoder answers
+    without loading it).
+    """
+    check_average_config(cfg.train.average.checkpoints, cfg.train.average.rule)
+    stages: dict[str, tuple[DictConfig, list[str]]] = {}
+    for name in cfg.train.schedule:
+        scfg = stage_config(cfg, name)
+        if scfg.data.max_documents < 1:
+            raise DocMTInputError(f"data.max_documents must be at least 1, got "
+                                  f"{scfg.data.max_documents}", key="data.max_documents")
+        policy = StagedUnfreezing.from_stage(name, scfg.train.stages[name])
+        model_class, typed = get_arch(scfg.model.arch).model_class, model_config(scfg.model)
+        names = model_class.parameter_names(typed)
+        policy.check(names)
+        phases = model_class.optimizer_phases(typed)
+        check_training_hooks(model_class, phases, scfg, name, names)
+        check_pretrained_lr_scale(scfg, name, phases)
+        update_size(scfg, world_size=1)  # conflicting settings; the world size is checked at build
+        check_continuation(scfg, name, names, stages.get(scfg.train.stages[name].init_from))
+        stages[name] = (scfg, names)
+
+
+def check_continuation(scfg: DictConfig, name: str, names: list[str],
+                       parent: tuple[DictConfig, list[str]] | None) -> None:
+    """A stage with `continue_schedule` trains at what is left of its parent's schedule (trap K9):
+    refused when it trains parameters its parent stage lacks and the schedule decays to 0 from
+    below `schedules.CONTINUATION_FLOOR` of its peak at the stage's first update; otherwise the
+    first and last lr and the summed lr are printed. The parent's step is taken as its `max_steps`
+    (the stage hands on its best checkpoint, which is at most that far)."""
+    stage = scfg.train.stages[name]
+    if not stage.continue_schedule or parent is None:
+        return
+    parent_cfg, parent_names = parent
+    parent_name = stage.init_from
+    optim = scfg.train.optim
+    lr = stage_lr(scfg, name)
+    steps, offset = stage_steps(scfg, name), stage_steps(parent_cfg, parent_name)
+    if steps <= 0 or offset <= 0:
+        return  # bounded by epochs or time: the length is not known before training
+    lrs = continuation_summary(schedule=optim.schedule, lr=lr, warmup=optim.warmup_steps,
+                               d_model=scfg.model.d_model, step_offset=offset, stage_steps=steps)
+    new = [n for n in set(names) - set(parent_names) if matches(n, stage.trainable)]
+    numbers = (f"continuing the '{optim.schedule}' schedule after {offset} updates of stage "
+               f"'{parent_name}', its {steps} updates train at lr {lrs['first']:.3g} -> {lrs['last']:.3g} "
+               f"({lrs['first'] / lrs['peak']:.2f} of the peak {lrs['peak']:.3g}), summed lr {lrs['sum']:.3g}")
+    if new and optim.schedule in NEEDS_TOTAL and lrs["first"] < CONTINUATION_FLOOR * lrs["peak"]:
+        raise DocMTInputError(
+            f"{numbers}: a stage that trains {len(new)} new parameter tensors may not start a decaying schedule "
+            f"below {CONTINUATION_FLOOR} of its peak; give the stage a schedule of its own (continue_schedule: "
+            f"false, optim.warmup_steps below max_steps; trap K9)",
+            key=f"train.stages.{name}.continue_schedule")
+    progress(f"stage '{name}': {numbers}")
