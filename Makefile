@@ -13,7 +13,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
 # The suite runs on one pytest-xdist worker per core (training tests use one torch thread each, see
-# tests/run_env.py), and prints its 15 slowest tests so that CI shows where its time goes.
+# tests/helpers/run_env.py), and prints its 15 slowest tests so that CI shows where its time goes.
 # `make test TEST_WORKERS=0` runs it in one process.
 TEST_WORKERS ?= auto
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --durations=15

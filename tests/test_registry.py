@@ -13,7 +13,7 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.training.run import check_stages
-from tests.stage_fits import tiny_config
+from tests.helpers.stage_fits import tiny_config
 
 
 @pytest.fixture
