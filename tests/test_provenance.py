@@ -14,8 +14,7 @@ from lightning_docmt import provenance
 from lightning_docmt.config.composition import compose
 from lightning_docmt.training import run as train
 from lightning_docmt.errors import DocMTInputError
-from tests.helpers.cli_run import docmt, run_dir_of
-from tests.cli.test_end_to_end import FIT_SETTINGS, read_json, workdir, write_config  # noqa: F401
+from tests.helpers.cli_run import FIT_SETTINGS, docmt, read_json, run_dir_of, write_config
 
 
 def key_of(cfg) -> str:

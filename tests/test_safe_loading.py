@@ -14,7 +14,7 @@ import torch
 
 from lightning_docmt.checkpoints import read_checkpoint
 from lightning_docmt.data.synthetic import write_contrastive_suite
-from tests.cli.test_end_to_end import FIT_SETTINGS, docmt, read_json, run_dir_of, workdir, write_config  # noqa: F401
+from tests.helpers.cli_run import FIT_SETTINGS, docmt, read_json, run_dir_of, write_config
 
 COMMANDS = ("translate", "contrastive", "test", "average")
 

@@ -22,13 +22,9 @@ from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.synthetic import write_contrastive_suite
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
 from lightning_docmt.training.speed import DECODE_SPEED_METRIC
-from tests.helpers.cli_run import docmt, run_dir_of
+from tests.helpers.cli_run import CORPUS, FIT_SETTINGS, docmt, read_json, run_dir_of, write_config
 from tests.helpers.run_checks import assert_test_bleu_rescores
 
-CORPUS = "synthetic:tiny"
-# One validation, at the end: the stored (best) checkpoint is then the final model, and 20 steps
-# are enough for it to translate every test sentence into something non-empty.
-FIT_SETTINGS = "train:\n  max_steps: 20\n  val_every_steps: 20\n"
 TWO_STAGE = """\
 model:
   arch: zhang_doc
@@ -46,10 +42,6 @@ train:
 """
 
 
-def read_json(path: Path) -> Any:
-    return json.loads(path.read_text())
-
-
 def without_timing(metrics: dict[str, float]) -> dict[str, float]:
     """The metrics that a repeated test must reproduce (the decoding speed is a wall-clock figure)."""
     assert metrics[DECODE_SPEED_METRIC] > 0
@@ -58,28 +50,6 @@ def without_timing(metrics: dict[str, float]) -> dict[str, float]:
 
 def sources_of_test_split() -> list[list[str]]:
     return [d.src for d in read_corpus(CORPUS).documents if d.split == "test"]
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The working directory of the module, one torch thread (a small shared machine), and no
-    leftover DDP run directory from other tests."""
-    tmp = tmp_path_factory.mktemp("e2e")
-    threads = torch.get_num_threads()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(tmp)
-        mp.setenv("WANDB_MODE", "disabled")
-        mp.setenv(train.RUN_DIR_VARIABLE, "")
-        torch.set_num_threads(1)
-        yield tmp
-        torch.set_num_threads(threads)
-
-
-def write_config(path: Path, body: str) -> Path:
-    root = path.parent
-    path.write_text(f"data:\n  corpus: {CORPUS}\n  cache_dir: {root / 'cache'}\n"
-                    f"logging:\n  runs_dir: {root / 'runs'}\n" + body)
-    return path
 
 
 @pytest.fixture(scope="module")

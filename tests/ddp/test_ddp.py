@@ -33,10 +33,11 @@ from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.distributed import RANK_VARIABLES, progress
 from lightning_docmt.training.run import RUN_DIR_VARIABLE
-from tests.ddp.ddp_grad_script import RANK_BATCHES, union_batch
-from tests.ddp.ddp_grad_script import build_module as build_grad_module
+from tests.helpers.grad_update import RANK_BATCHES, union_batch
+from tests.helpers.grad_update import build_module as build_grad_module
 from tests.helpers.hook_stand_ins import PHASED, hook_archs  # noqa: F401 (fixture)
 from tests.helpers.run_checks import assert_test_bleu_rescores
+from tests.helpers.run_env import LAUNCH_VARIABLES
 from tests.helpers.paths import DDP_SCRIPTS, REPO
 
 SCRIPT = DDP_SCRIPTS / "ddp_fit_script.py"
@@ -47,8 +48,6 @@ VAL_EVERY = 3
 TUNE_TRAINABLE, TUNE_MILESTONE, TUNE_MILESTONE_STEP = ["decoder.*"], ["encoder.layers.*.ffn.*"], 2
 TUNE_STAGE = (f"train.stages.tune={{init_from: main, max_steps: 4, trainable: {json.dumps(TUNE_TRAINABLE)}, "
               f"unfreeze: [{{globs: {json.dumps(TUNE_MILESTONE)}, at_step: {TUNE_MILESTONE_STEP}, lr: 1.0e-3}}]}}")
-# Variables of an enclosing launch would make the subprocess believe it is not rank zero.
-LAUNCH_VARIABLES = (*RANK_VARIABLES, "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", RUN_DIR_VARIABLE)
 
 
 @dataclass

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.run_checks import assert_test_bleu_rescores
-from tests.ddp.test_ddp import LAUNCH_VARIABLES, REPO
-from tests.helpers.paths import DDP_SCRIPTS
+from tests.helpers.paths import DDP_SCRIPTS, REPO
+from tests.helpers.run_env import LAUNCH_VARIABLES
 
 DOCMT = Path(sys.executable).parent / "docmt"
 README_DDP = ["fit", str(REPO / "experiments" / "demo.yaml"), "--row", "transformer", "--profile", "tiny",

@@ -22,17 +22,16 @@ from omegaconf import OmegaConf
 from lightning_docmt.data.batch import EOS_ID
 from lightning_docmt.data.collate import collate, row_lengths
 from lightning_docmt.data.context_anchors import document_groups, no_context, own_context, random_context
-from lightning_docmt.data.vocab import WordVocab
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS, context_usage_metrics
 from lightning_docmt.evaluation.contrastive import score_suite
 from lightning_docmt.inference.own_outputs import OutputTokens, WithContextTargets
 from lightning_docmt.inference.translate import LoadedModel, binarize_documents
 from lightning_docmt.training.module import DocMTModule
-from tests.helpers.corpus_fixtures import WORDS, random_documents
+from tests.helpers.corpus_fixtures import CONTEXT_DOCUMENTS as DOCUMENTS, CONTEXT_REFERENCES as REFERENCES
+from tests.helpers.corpus_fixtures import WORD_VOCAB as VOCAB
 from tests.helpers.stage_fits import tiny_config
 
 DOC_OFFSETS = np.array([0, 4, 5, 9, 15, 18])  # documents of 4, 1, 4, 6 and 3 sentences
-VOCAB = WordVocab(sorted(set(WORDS) | {w.upper() for w in WORDS}))
 
 
 def test_random_context_comes_from_another_document_with_as_many_neighbours():
@@ -87,10 +86,6 @@ def test_random_context_comes_from_another_collection():
         assert (groups[anchor_doc[has_context]] != groups[doc[has_context]]).all(), seed
     with pytest.raises(ValueError, match="another collection"):
         random_context(DOC_OFFSETS, 1, 0, seed=1, groups=np.zeros(5, dtype=np.int64))
-
-
-DOCUMENTS = random_documents(12, seed=4, max_sentences=5)
-REFERENCES = [t for d in DOCUMENTS for t in d.tgt]
 
 
 @pytest.fixture

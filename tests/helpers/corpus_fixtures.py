@@ -6,8 +6,8 @@ import json
 import random
 from pathlib import Path
 
-
 from lightning_docmt.data.types import Document
+from lightning_docmt.data.vocab import WordVocab
 
 WORDS = ("the a cat dog house tree runs sees big small red blue green and or but river stone "
          "light night sings walks old new").split()
@@ -39,3 +39,10 @@ def write_jsonl(path: Path, docs: list[Document]) -> str:
                 row["split"] = d.split
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return f"jsonl:{path}"
+
+
+# The documents of the context-usage tests (evaluation/context_usage.py and the models that read
+# context), their references, and a word vocabulary of both sides.
+CONTEXT_DOCUMENTS = random_documents(12, seed=4, max_sentences=5)
+CONTEXT_REFERENCES = [t for d in CONTEXT_DOCUMENTS for t in d.tgt]
+WORD_VOCAB = WordVocab(sorted(set(WORDS) | {w.upper() for w in WORDS}))

@@ -9,14 +9,16 @@
   and what it handed on, per sentence.
 
 `register(name)` adds one to the registry; the module-scoped `hook_archs` fixture adds both for
-the tests of a module and removes them again.
+the tests of a module and removes them again. `PhaseRecorder` records a phased fit update by update.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any, Iterator
 
+import lightning.pytorch as pl
 import pytest
 import torch
 from torch import Tensor, nn
@@ -24,6 +26,7 @@ from torch import Tensor, nn
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.training_hooks import CARRY_KEY, LossTerms, OptimizerPhase, OutputLoss
 from lightning_docmt.registry import ARCHS, ArchEntry
+from tests.helpers.stage_fits import weights
 
 PHASED, CARRYING = "phased_stand_in", "carrying_stand_in"
 PHASE_STEPS = 2
@@ -97,6 +100,43 @@ class CarryingTransformer(TransformerSeq2Seq):
                                            handed_on[row].detach().clone()))
         hidden = self.decode_hidden(batch["tgt_in"], state)  # (B, T, D)
         return LossTerms(*output_loss(hidden, batch["tgt_out"]), carry=handed_on)
+
+
+def phase_of(name: str) -> str | None:
+    """The phase of the phased stand-in that trains parameter `name` (None: no phase does)."""
+    return next((p for p, globs in PHASE_GLOBS.items() if any(fnmatchcase(name, g) for g in globs)), None)
+
+
+class PhaseRecorder(pl.Callback):
+    """Per update (by global step): the phase, the weights before it, whether no parameter holds a
+    gradient then (none left over from an earlier update), the 2-norm of the current phase's
+    gradients before and after clipping, and every optimizer's parameter names and lr."""
+
+    def __init__(self) -> None:
+        self.steps: dict[int, dict[str, Any]] = {}
+        self.end: dict[str, torch.Tensor] = {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        names = {id(p): n for n, p in pl_module.model.named_parameters()}
+        self.steps[trainer.global_step] = {
+            "phase": pl_module.phases.current.name, "weights": weights(pl_module.model),
+            "no_gradients": all(p.grad is None for p in pl_module.model.parameters()),
+            "optimizers": [([names[id(p)] for g in o.param_groups for p in g["params"]],
+                            o.param_groups[0]["lr"]) for o in trainer.optimizers]}
+
+    def _phase_grad_norm(self, pl_module) -> float:
+        grads = [p.grad for n, p in pl_module.model.named_parameters()
+                 if p.grad is not None and phase_of(n) == pl_module.phases.current.name]
+        return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        self.steps[trainer.global_step]["norm_before_clip"] = self._phase_grad_norm(pl_module)
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self.steps[trainer.global_step]["norm_after_clip"] = self._phase_grad_norm(pl_module)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.end = weights(pl_module.model)
 
 
 ENTRIES = {PHASED: ArchEntry(PHASED, PhasedConfig, PhasedTransformer),

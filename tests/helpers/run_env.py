@@ -1,4 +1,5 @@
-"""The environment of in-process training runs in tests."""
+"""The environment of training runs in tests: in-process (`single_process_run_env`), and the variables
+that a run in a subprocess must not inherit (`LAUNCH_VARIABLES`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ from typing import Iterator
 import pytest
 import torch
 
+from lightning_docmt.distributed import RANK_VARIABLES
 from lightning_docmt.training import run as train
+
+# Variables of an enclosing launch would make a subprocess believe it is not rank zero.
+LAUNCH_VARIABLES = (*RANK_VARIABLES, "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", train.RUN_DIR_VARIABLE)
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ with the same architectures, parents, trainable globs, model overrides and conti
 same schedule kind in every stage, and the same warm-up share, share of the first stage's updates
 and lr ratio to the first stage, up to the rounding of updates to whole numbers. A table whose
 recipe changes changes its learning test with it; a learning test that drifts from its table
-fails here. The co-attention test is not at a table's recipe yet (`test_learning.coattn_run` says
+fails here. The co-attention test is not at a table's recipe yet (`learning_runs.coattn_run` says
 why), so it is not among them.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-import tests.learning.test_learning as learning
+import tests.learning.learning_runs as learning
 from lightning_docmt.registry import import_all_archs
 from tests.learning.learning_recipe import TableRecipe, recipe_of, table_recipe
 

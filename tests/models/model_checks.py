@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+from torch import Tensor
 
 from lightning_docmt.data.batch import PAD_ID
 
@@ -64,3 +67,11 @@ def assert_beam_scores_are_log_probs_and_batching_invisible(model, batch: dict[s
         [single] = beam_search(model, alone, beam=3, len_penalty=0.6, max_len_a=1.0, max_len_b=3)
         assert single.tokens == sentence_hyps[0].tokens
         assert single.score == pytest.approx(sentence_hyps[0].score, abs=1e-4)
+
+
+def sinusoid(length: int, d_model: int) -> Tensor:
+    """PE(t) = [sin(t w_i)]_i ++ [cos(t w_i)]_i, w_i = 10000^(-i / (D/2 - 1)) (tensor2tensor layout)."""
+    half = d_model // 2
+    rows = [[math.sin(t * 10000 ** (-i / (half - 1))) for i in range(half)]
+            + [math.cos(t * 10000 ** (-i / (half - 1))) for i in range(half)] for t in range(length)]
+    return torch.tensor(rows)

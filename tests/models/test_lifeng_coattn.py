@@ -30,8 +30,8 @@ from tests.models.model_checks import (assert_beam_scores_are_log_probs_and_batc
                                 assert_incremental_matches_full, assert_padding_and_batching_invisible)
 from tests.helpers.run_env import single_process_run_env
 from tests.helpers.stage_fits import fit_then_resume, tiny_config
-from tests.training.test_optimizer_phases import PhaseRecorder
-from tests.models.test_transformer import SIZES, VOCAB, padded, sentence
+from tests.helpers.hook_stand_ins import PhaseRecorder
+from tests.helpers.model_inputs import SIZES, VOCAB, padded, sentence
 
 D = SIZES["d_model"]
 

@@ -32,7 +32,7 @@ from tests.models.model_checks import (assert_beam_scores_are_log_probs_and_batc
                                 assert_incremental_matches_full, assert_padding_and_batching_invisible)
 from tests.helpers.run_env import single_process_run_env
 from tests.helpers.stage_fits import fit_stage, tiny_config
-from tests.models.test_transformer import VOCAB, padded, random_batch, sentence
+from tests.helpers.model_inputs import VOCAB, padded, random_batch, sentence
 
 D = 16
 CARRY_TOKENS = 8  # every sentence below fits: the carry keeps 9 positions

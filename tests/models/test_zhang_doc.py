@@ -21,9 +21,10 @@ from lightning_docmt.nn.attention import AttentionMemory
 from lightning_docmt.nn.gating import ContextGate, gate_stats
 from lightning_docmt.nn.layers import LayerInputs
 from lightning_docmt.nn.residual import LAYER_NORM_EPS, Residual
-from tests.models.test_transformer import SIZES, VOCAB, random_batch
+from tests.helpers.model_inputs import SIZES, VOCAB, random_batch
 from tests.models.model_checks import (assert_beam_scores_are_log_probs_and_batching_invisible,
-                                assert_incremental_matches_full, assert_padding_and_batching_invisible)
+                                assert_incremental_matches_full, assert_padding_and_batching_invisible,
+                                       sinusoid)
 
 D, FFN, LAYERS = SIZES["d_model"], SIZES["ffn_dim"], SIZES["enc_layers"]
 SWITCHES = list(itertools.product([False, True], repeat=2))  # (context_attn.encoder, context_attn.decoder)
@@ -289,14 +290,6 @@ def test_an_unknown_context_init_is_refused_with_its_key():
 
 
 # Context encoder input (reading Z3) and configuration
-
-
-def sinusoid(length: int, d_model: int) -> Tensor:
-    """PE(t) = [sin(t w_i)]_i ++ [cos(t w_i)]_i, w_i = 10000^(-i / (D/2 - 1)) (tensor2tensor layout)."""
-    half = d_model // 2
-    rows = [[math.sin(t * 10000 ** (-i / (half - 1))) for i in range(half)]
-            + [math.cos(t * 10000 ** (-i / (half - 1))) for i in range(half)] for t in range(length)]
-    return torch.tensor(rows)
 
 
 @pytest.mark.parametrize("share", [True, False])

@@ -1,7 +1,7 @@
 """Grid files (`tables/grid.py`): part tables laid out as the paper prints them, one line per part
 and one column per row, with each part's significance marks and the paper's numbers.
 
-The runs are the fakes of test_table_significance.py (hand-made hypotheses: `better` is the
+The runs are the fakes of tests/tables/fake_runs.py (hand-made hypotheses: `better` is the
 reference, `worse` one word, the baseline half the words), so the marks are known in advance.
 """
 
@@ -19,7 +19,7 @@ from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.tables.grid import load_grid, run_grid
 from tests.helpers.cli_run import docmt
 from tests.helpers.experiment_files import EXPERIMENTS
-from tests.tables.test_table_significance import fake_run
+from tests.tables.fake_runs import fake_run
 
 ROWS = ("baseline", "better", "worse")
 

@@ -23,48 +23,13 @@ from lightning_docmt.training import run as train
 from lightning_docmt.training import trainer as trainer_factory
 from lightning_docmt.training.model_hooks import PhaseCycle
 from tests.helpers.hook_stand_ins import PHASE_GLOBS, PHASE_STEPS, PHASED, hook_archs  # noqa: F401 (fixture)
+from tests.helpers.hook_stand_ins import PhaseRecorder, phase_of
 from tests.helpers.stage_fits import fit_then_resume, tiny_config, weights
 
 STEPS, RESUME_AT, CLIP = 8, 3, 0.1
 EXPECTED_PHASES = [("a", "b")[step // PHASE_STEPS % 2] for step in range(STEPS)]  # a a b b a a b b
 PHASED_RUN = [f"model.arch={PHASED}", f"train.max_steps={STEPS}", "train.val_every_steps=4",
               "train.stages.main.trainable=[encoder.*,decoder.*]", f"train.optim.clip_norm={CLIP}"]
-
-
-def phase_of(name: str) -> str | None:
-    return next((p for p, globs in PHASE_GLOBS.items() if any(fnmatchcase(name, g) for g in globs)), None)
-
-
-class PhaseRecorder(pl.Callback):
-    """Per update (by global step): the phase, the weights before it, whether no parameter holds a
-    gradient then (none left over from an earlier update), the 2-norm of the current phase's
-    gradients before and after clipping, and every optimizer's parameter names and lr."""
-
-    def __init__(self) -> None:
-        self.steps: dict[int, dict[str, Any]] = {}
-        self.end: dict[str, torch.Tensor] = {}
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        names = {id(p): n for n, p in pl_module.model.named_parameters()}
-        self.steps[trainer.global_step] = {
-            "phase": pl_module.phases.current.name, "weights": weights(pl_module.model),
-            "no_gradients": all(p.grad is None for p in pl_module.model.parameters()),
-            "optimizers": [([names[id(p)] for g in o.param_groups for p in g["params"]],
-                            o.param_groups[0]["lr"]) for o in trainer.optimizers]}
-
-    def _phase_grad_norm(self, pl_module) -> float:
-        grads = [p.grad for n, p in pl_module.model.named_parameters()
-                 if p.grad is not None and phase_of(n) == pl_module.phases.current.name]
-        return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
-
-    def on_after_backward(self, trainer, pl_module) -> None:
-        self.steps[trainer.global_step]["norm_before_clip"] = self._phase_grad_norm(pl_module)
-
-    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        self.steps[trainer.global_step]["norm_after_clip"] = self._phase_grad_norm(pl_module)
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        self.end = weights(pl_module.model)
 
 
 @pytest.fixture(scope="module")

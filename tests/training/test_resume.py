@@ -20,7 +20,8 @@ from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
 
-from tests.ddp.test_ddp import LAUNCH_VARIABLES, REPO
+from tests.helpers.paths import REPO
+from tests.helpers.run_env import LAUNCH_VARIABLES
 
 DOCMT = Path(sys.executable).parent / "docmt"
 STEPS, EVERY = 40, 8

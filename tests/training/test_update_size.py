@@ -3,7 +3,7 @@
 - `train.tokens_per_update` derives the accumulation from the world size; conflicting or
   unreachable settings are one error naming the key.
 - Accumulated batches give the gradient of the per-token loss of their union: two batches of 9 and
-  26 target tokens (those of `tests/ddp/ddp_grad_script.py`) accumulated in one update must give the
+  26 target tokens (those of `tests/helpers/grad_update.py`) accumulated in one update must give the
   gradient that one batch holding both gives. Averaging the two batches' per-token gradients (what
   Lightning's division of each batch's loss by the accumulation does) weighs a token of the short
   batch about 3x and fails this test.
@@ -25,7 +25,7 @@ from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.training import run as train
 from lightning_docmt.training.update_size import update_size
-from tests.ddp.ddp_grad_script import RANK_BATCHES, GradRecorder, build_module, recording_module, union_batch
+from tests.helpers.grad_update import RANK_BATCHES, GradRecorder, build_module, recording_module, union_batch
 from tests.helpers.stage_fits import tiny_config
 
 
