@@ -15,9 +15,8 @@ from lightning_docmt.config.composition import compose, config_hash, save_config
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.registry import ARCHS, ArchEntry
 from lightning_docmt.config.schema import ModelConfig, RunConfig, StageConfig
-from tests.helpers.stand_in_archs import CTX, SENT, CtxConfig, SentConfig, StandInModel, stand_in_archs
+from tests.helpers.stand_in_archs import CTX, SENT, CtxConfig, SentConfig, StandInModel
 
-__all__ = ["stand_in_archs"]  # a fixture: imported so that pytest finds it
 
 REAL_CONFIGS = config.CONFIG_DIR
 SHARED_SIZE_NAMES = {"d_model", "heads", "ffn_dim", "enc_layers", "dec_layers", "dropout",

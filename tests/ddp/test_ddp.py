@@ -35,7 +35,7 @@ from lightning_docmt.distributed import RANK_VARIABLES, progress
 from lightning_docmt.training.run import RUN_DIR_VARIABLE
 from tests.helpers.grad_update import RANK_BATCHES, union_batch
 from tests.helpers.grad_update import build_module as build_grad_module
-from tests.helpers.hook_stand_ins import PHASED, hook_archs  # noqa: F401 (fixture)
+from tests.helpers.hook_stand_ins import PHASED
 from tests.helpers.run_checks import assert_test_bleu_rescores
 from tests.helpers.run_env import LAUNCH_VARIABLES
 from tests.helpers.paths import DDP_SCRIPTS, REPO

@@ -8,18 +8,17 @@
   document (`RESET` everywhere for a document's first sentence); it records what it received
   and what it handed on, per sentence.
 
-`register(name)` adds one to the registry; the module-scoped `hook_archs` fixture adds both for
-the tests of a module and removes them again. `PhaseRecorder` records a phased fit update by update.
+`register(name)` adds one to the registry; the module-scoped `hook_archs` fixture
+(tests/conftest.py) adds both for the tests of a module and removes them again. `PhaseRecorder` records a phased fit update by update.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any, Iterator
+from typing import Any
 
 import lightning.pytorch as pl
-import pytest
 import torch
 from torch import Tensor, nn
 
@@ -146,12 +145,3 @@ ENTRIES = {PHASED: ArchEntry(PHASED, PhasedConfig, PhasedTransformer),
 def register(name: str) -> None:
     """Add a stand-in to the registry of this process (e.g. in a DDP script)."""
     ARCHS[name] = ENTRIES[name]
-
-
-@pytest.fixture(scope="module")
-def hook_archs() -> Iterator[dict[str, ArchEntry]]:
-    with pytest.MonkeyPatch.context() as mp:
-        for name, entry in ENTRIES.items():
-            mp.setitem(ARCHS, name, entry)
-        yield ENTRIES
-

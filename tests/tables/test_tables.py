@@ -20,9 +20,8 @@ from lightning_docmt.tables.report import DONE, RunRecord, log_table_to_wandb, r
 from lightning_docmt.tables.spec import compose_file, compose_row, load_table
 from lightning_docmt.tables.runner import run_table
 from tests.helpers.cli_run import docmt
-from tests.helpers.stand_in_archs import CTX, stand_in_archs
+from tests.helpers.stand_in_archs import CTX
 
-__all__ = ["stand_in_archs"]  # a fixture: imported so that pytest finds it
 
 TABLE = {
     "id": "unit.t1",

@@ -25,7 +25,7 @@ from lightning_docmt.training import run as train
 from lightning_docmt.training.model_hooks import CarriedState
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.trainer import MID_EPOCH_RESUME_WARNING
-from tests.helpers.hook_stand_ins import CARRYING, RESET, Sentence, hook_archs  # noqa: F401 (fixture)
+from tests.helpers.hook_stand_ins import CARRYING, RESET, Sentence
 from tests.helpers.stage_fits import StepRecorder, fit_then_resume, tiny_config
 
 STEPS, RESUME_AT = 20, 13

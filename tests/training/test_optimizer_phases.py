@@ -22,7 +22,7 @@ from lightning_docmt.nn.training_hooks import OptimizerPhase
 from lightning_docmt.training import run as train
 from lightning_docmt.training import trainer as trainer_factory
 from lightning_docmt.training.model_hooks import PhaseCycle
-from tests.helpers.hook_stand_ins import PHASE_GLOBS, PHASE_STEPS, PHASED, hook_archs  # noqa: F401 (fixture)
+from tests.helpers.hook_stand_ins import PHASE_GLOBS, PHASE_STEPS, PHASED
 from tests.helpers.hook_stand_ins import PhaseRecorder, phase_of
 from tests.helpers.stage_fits import fit_then_resume, tiny_config, weights
 
