@@ -18,7 +18,7 @@ export TOKENIZERS_PARALLELISM := false
 TEST_WORKERS ?= auto
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --durations=15
 
-.PHONY: demo test test-fast bench setup clean
+.PHONY: demo test test-fast lint bench setup clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,13 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
+
+# Style: ruff (pinned in requirements.lock, configured in pyproject.toml) over every Python file of
+# the repository (lightning_docmt/, callbacks/, benchmarks/, tests/). `make test` does not depend on
+# it, so that tests run on work in progress; CI (.ci/run) runs both, the tests even when lint fails,
+# and fails if either does.
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 bench: $(STAMP)
 	$(BIN)/docmt bench
