@@ -12,8 +12,8 @@ import torch
 
 from lightning_docmt import provenance
 from lightning_docmt.config.composition import compose
-from lightning_docmt.training import run as train
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.training import run as train
 from tests.helpers.cli_run import FIT_SETTINGS, docmt, read_json, run_dir_of, write_config
 
 

@@ -9,8 +9,8 @@ import pytest
 
 import lightning_docmt.models
 from lightning_docmt import registry
-from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.schema import ModelConfig
+from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.training.run import check_stages
 from tests.helpers.stage_fits import tiny_config

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+
 from tests.helpers.paths import BENCHMARKS
 
 

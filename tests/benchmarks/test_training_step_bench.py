@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-
 import torch
 
 from lightning_docmt.config.composition import compose
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.training.run import build_module
 from tests.benchmarks.benchmark_scripts import load_benchmark, run_tiny
+
 
 def test_benchmark_times_every_variant(tmp_path, capsys):
     bench, report = run_tiny("training_step", tmp_path)

@@ -17,6 +17,7 @@ from lightning_docmt.inference.decoding import beam_search, max_target_lengths
 from lightning_docmt.training.run import build_module
 from tests.benchmarks.benchmark_scripts import load_benchmark, run_tiny
 
+
 def test_benchmark_measures_both_models_on_the_same_batches(tmp_path, capsys):
     bench, report = run_tiny("zhang_efficiency", tmp_path)
     setup = report["setup"]

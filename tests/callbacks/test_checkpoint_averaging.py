@@ -1,6 +1,6 @@
 """Checkpoint averaging (callbacks/checkpoint_averaging.py): the pure average, the window rule of
-"Diverse Pretrained Context Encodings" (docs/papers/pretrained_context.md section 4, trap 21), the callback inside a tiny
-fit (`train.average`), and `docmt average`."""
+"Diverse Pretrained Context Encodings" (docs/papers/pretrained_context.md section 4, trap 21), the
+callback inside a tiny fit (`train.average`), and `docmt average`."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from lightning_docmt.callbacks.checkpoint_averaging import average_state_dicts, select_window
-from lightning_docmt.training import run as train
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.translate import VOCAB_KEY, load_checkpoint
+from lightning_docmt.training import run as train
 from tests.helpers.cli_run import docmt
 from tests.helpers.stage_fits import tiny_config, weights
 

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from lightning_docmt.cli import demo
+from lightning_docmt.registry import import_all_archs
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import compose_row, load_table
-from lightning_docmt.registry import import_all_archs
 from lightning_docmt.training.run import check_stages, stage_config
-from lightning_docmt.training.trainer import stage_steps
 from lightning_docmt.training.schedules import lr_lambda
+from lightning_docmt.training.trainer import stage_steps
 
 
 @pytest.mark.parametrize("budget", [demo.BUDGET, demo.QUICK], ids=["budget", "quick"])

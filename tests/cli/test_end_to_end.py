@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch
 
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
-from lightning_docmt.training import run as train
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.synthetic import write_contrastive_suite
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS

@@ -12,11 +12,10 @@ from omegaconf import OmegaConf
 
 from lightning_docmt.config import composition as config
 from lightning_docmt.config.composition import compose, config_hash, save_config, to_dataclass
+from lightning_docmt.config.schema import ModelConfig, RunConfig, StageConfig
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.registry import ARCHS, ArchEntry
-from lightning_docmt.config.schema import ModelConfig, RunConfig, StageConfig
 from tests.helpers.stand_in_archs import CTX, SENT, CtxConfig, SentConfig, StandInModel
-
 
 REAL_CONFIGS = config.CONFIG_DIR
 SHARED_SIZE_NAMES = {"d_model", "heads", "ffn_dim", "enc_layers", "dec_layers", "dropout",
@@ -126,9 +125,11 @@ def test_trainer_is_a_free_mapping_and_stages_can_be_added(configs_dir):
     (["train.schedule=[main,dco]"], "stage 'dco'"),
     (["train.stages.main.data.corpsu=jsonl:x"], "did you mean corpus"),
     (["train.stages.main.arch=nope"], "train.stages.main.arch"),
-    (["train.stages.main.optim.warmup=5"], "key 'train.stages.main.optim.warmup': not a train.optim.* key; did you mean warmup_steps"),
+    (["train.stages.main.optim.warmup=5"],
+     "key 'train.stages.main.optim.warmup': not a train.optim.* key; did you mean warmup_steps"),
     (["train.optim.schedule=linear_warmup_inverse_sqr"], "did you mean linear_warmup_inverse_sqrt"),
-    (["train.stages.main.optim.schedule=cosine"], "key 'train.stages.main.optim.schedule': unknown lr schedule 'cosine'"),
+    (["train.stages.main.optim.schedule=cosine"],
+     "key 'train.stages.main.optim.schedule': unknown lr schedule 'cosine'"),
     (["train.stages.main.lr=1e-3", "train.stages.main.optim.lr=2e-3"], "the stage's lr is set twice"),
     ([f"model.arch={CTX[:-1]}z"], f"did you mean {CTX}"),
     (["profile=smal"], "did you mean small"),

@@ -15,7 +15,12 @@ import pytest
 
 from lightning_docmt.data.corpora.bible import BOOKS, cleaned_verses, load_versions
 from lightning_docmt.data.corpora.bible_versions import (
-    DEFAULT_VERSION, LANGUAGES, PUBLIC_DOMAIN, VERSIONS, versions_of)
+    DEFAULT_VERSION,
+    LANGUAGES,
+    PUBLIC_DOMAIN,
+    VERSIONS,
+    versions_of,
+)
 from tests.helpers.cli_run import docmt
 
 

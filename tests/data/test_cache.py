@@ -6,15 +6,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 
+from lightning_docmt.config.schema import DataConfig, VocabConfig
 from lightning_docmt.data import prepare as prepare_module
 from lightning_docmt.data.cache import LengthFilter, build_cache, load_cache, token_dtype
 from lightning_docmt.data.cachedir import build_once
 from lightning_docmt.data.prepare import build_caches
 from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import WordVocab
-from lightning_docmt.config.schema import DataConfig, VocabConfig
 from tests.helpers.corpus_fixtures import random_documents, write_jsonl
 
 DOCS = random_documents(12, seed=1) + [Document("u", ["café naïve"], ["NAÏVE CAFÉ"])]

@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 
 from lightning_docmt.data.contrastive import (
-    FIELDS, context_free_ceiling, convert_contrapro, convert_discevalmt, convert_scat, read_suite,
-    strip_scat_markup, write_suite)
+    FIELDS,
+    context_free_ceiling,
+    convert_contrapro,
+    convert_discevalmt,
+    convert_scat,
+    read_suite,
+    strip_scat_markup,
+    write_suite,
+)
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.contrastive import candidate_documents, with_random_contexts
 from tests.helpers.paths import CONTRASTIVE_SUITES

@@ -4,16 +4,16 @@ import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
+import lightning.pytorch as pl
 import pytest
 import torch
-
-import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lightning_docmt.config.schema import ContextConfig, DataConfig, VocabConfig
 from lightning_docmt.data import prepare as prepare_module
 from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.data.prepare import prepare
-from lightning_docmt.config.schema import ContextConfig, DataConfig, VocabConfig
 from tests.helpers.corpus_fixtures import random_documents, write_jsonl
 
 DOCS = random_documents(16, seed=11, splits=("train", "train", "valid", "test"))

@@ -17,8 +17,7 @@ import torch
 from omegaconf import OmegaConf
 
 from lightning_docmt.config.composition import compose
-from lightning_docmt.config.schema import (ContextConfig, DataConfig, ExternalContextConfig,
-                                           VocabConfig)
+from lightning_docmt.config.schema import ContextConfig, DataConfig, ExternalContextConfig, VocabConfig
 from lightning_docmt.data.batch import EOS_ID, PAD_ID, SEP_ID
 from lightning_docmt.data.cache import build_cache, load_cache
 from lightning_docmt.data.collate import collate, row_lengths
@@ -245,7 +244,7 @@ class EosPaddedTokenizer:
 
 
 def test_the_mask_tells_padding_even_when_the_pad_id_is_a_real_id(splits):
-    (caches, docs), tok = splits, EosPaddedTokenizer(tokenizer())
+    (caches, _), tok = splits, EosPaddedTokenizer(tokenizer())
     external = ExternalWindow.from_config(ContextConfig(
         prev_sentences=2, external=ExternalContextConfig("x", max_tokens=6)), tok)
     index = np.arange(caches["ext"].n_sentences)

@@ -7,8 +7,7 @@ import pytest
 
 from lightning_docmt.config.schema import DataConfig, EvalConfig, VocabConfig
 from lightning_docmt.data import vocab as vocab_lib
-from lightning_docmt.data.languages import (bleu_tokenizer, character_coverages, data_languages,
-                                            spec_languages)
+from lightning_docmt.data.languages import bleu_tokenizer, character_coverages, data_languages, spec_languages
 from lightning_docmt.evaluation.metrics import corpus_bleu
 
 AUTO = EvalConfig(tokenize="auto")

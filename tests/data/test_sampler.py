@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 import pytest
 from torch.utils.data import DistributedSampler

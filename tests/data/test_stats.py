@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.stats import corpus_stats
 from lightning_docmt.data.types import Corpus, Document

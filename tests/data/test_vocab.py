@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from lightning_docmt.config.schema import VocabConfig
 from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID
 from lightning_docmt.data.vocab import (
     SentencePieceVocab,
@@ -13,7 +14,6 @@ from lightning_docmt.data.vocab import (
     sample_sentences,
 )
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.config.schema import VocabConfig
 from tests.helpers.corpus_fixtures import random_sentence
 
 SRC = [random_sentence(random.Random(i)) for i in range(300)]

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from lightning_docmt.config.schema import ContextConfig
 from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID
 from lightning_docmt.data.cache import build_cache, load_cache
 from lightning_docmt.data.collate import collate, row_lengths
@@ -11,7 +12,6 @@ from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import WordVocab
 from lightning_docmt.data.windows import WindowSpec, context_lengths, context_window
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.config.schema import ContextConfig
 from tests.helpers.corpus_fixtures import random_documents
 
 E, S = EOS_ID, SEP_ID

@@ -23,7 +23,6 @@ import lightning.pytorch as pl
 import torch
 
 from lightning_docmt import cli
-
 from lightning_docmt.training import run as train
 
 

@@ -31,14 +31,13 @@ import torch
 
 from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.data.corpora import read_corpus
-from lightning_docmt.distributed import RANK_VARIABLES, progress
-from lightning_docmt.training.run import RUN_DIR_VARIABLE
+from lightning_docmt.distributed import progress
 from tests.helpers.grad_update import RANK_BATCHES, union_batch
 from tests.helpers.grad_update import build_module as build_grad_module
 from tests.helpers.hook_stand_ins import PHASED
+from tests.helpers.paths import DDP_SCRIPTS, REPO
 from tests.helpers.run_checks import assert_test_bleu_rescores
 from tests.helpers.run_env import LAUNCH_VARIABLES
-from tests.helpers.paths import DDP_SCRIPTS, REPO
 
 SCRIPT = DDP_SCRIPTS / "ddp_fit_script.py"
 GRAD_SCRIPT = DDP_SCRIPTS / "ddp_grad_script.py"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.run_checks import assert_test_bleu_rescores
 from tests.helpers.paths import DDP_SCRIPTS, REPO
+from tests.helpers.run_checks import assert_test_bleu_rescores
 from tests.helpers.run_env import LAUNCH_VARIABLES
 
 DOCMT = Path(sys.executable).parent / "docmt"

@@ -10,8 +10,6 @@ positive for a *trained* context model is checked in `test_learning.py` (slow).
 from __future__ import annotations
 
 from collections import Counter
-
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +25,8 @@ from lightning_docmt.evaluation.contrastive import score_suite
 from lightning_docmt.inference.own_outputs import OutputTokens, WithContextTargets
 from lightning_docmt.inference.translate import LoadedModel, binarize_documents
 from lightning_docmt.training.module import DocMTModule
-from tests.helpers.corpus_fixtures import CONTEXT_DOCUMENTS as DOCUMENTS, CONTEXT_REFERENCES as REFERENCES
+from tests.helpers.corpus_fixtures import CONTEXT_DOCUMENTS as DOCUMENTS
+from tests.helpers.corpus_fixtures import CONTEXT_REFERENCES as REFERENCES
 from tests.helpers.corpus_fixtures import WORD_VOCAB as VOCAB
 from tests.helpers.stage_fits import tiny_config
 

@@ -3,8 +3,6 @@ rates (data/contrastive.chance_rates), on the real files in ../shared/data/contr
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from lightning_docmt.data.contrastive import chance_rates

@@ -20,8 +20,8 @@ from lightning_docmt.config import composition as config_lib
 from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.training.module import DocMTModule
 from tests.helpers.hook_stand_ins import PHASE_GLOBS
-from tests.helpers.stage_fits import weights
 from tests.helpers.model_inputs import VOCAB, random_batch
+from tests.helpers.stage_fits import weights
 
 # (source lengths, target lengths) per rank: with <eos>, 9 target tokens on rank 0, 26 on rank 1
 RANK_SHAPES = [([4, 6], [2, 5]), ([9, 3, 7, 5], [8, 6, 3, 5])]

@@ -9,7 +9,8 @@
   and what it handed on, per sentence.
 
 `register(name)` adds one to the registry; the module-scoped `hook_archs` fixture
-(tests/conftest.py) adds both for the tests of a module and removes them again. `PhaseRecorder` records a phased fit update by update.
+(tests/conftest.py) adds both for the tests of a module and removes them again. `PhaseRecorder`
+records a phased fit update by update.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig
 
 from lightning_docmt.config import composition as config_lib
-from lightning_docmt.training import run as train
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
+from lightning_docmt.training import run as train
 from lightning_docmt.training.module import DocMTModule
 from tests.helpers.run_env import single_process_run_env
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lightning_docmt.registry import ArchEntry
 from lightning_docmt.config.schema import ModelConfig
+from lightning_docmt.registry import ArchEntry
 
 SENT, CTX = "stand_in_sent", "stand_in_ctx"
 

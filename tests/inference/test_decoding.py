@@ -11,9 +11,9 @@ import torch
 from torch import Tensor
 
 from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID
+from lightning_docmt.evaluation.scoring import sequence_log_probs
 from lightning_docmt.inference.decoding import Hypothesis, beam_search, beam_search_nbest, greedy_search
 from lightning_docmt.nn.seq2seq import DecoderCache, EncoderState
-from lightning_docmt.evaluation.scoring import sequence_log_probs
 from tests.helpers.model_inputs import padded, random_batch, tiny_model
 
 A, B = 5, 6  # the two ordinary tokens of the table model

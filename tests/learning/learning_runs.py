@@ -61,10 +61,11 @@ def zhang_run(stages: int | None = None, **changes: dict) -> tuple[str, list[str
     the vector units held to AVX2/SSE4.2 seeds 1-4 100% each, bf16 autocast seeds 1-4 100 / 100 /
     100 / 99.8%; over those 14 runs 50.6-52.3% with another example's context, cxmi 0.010-0.015
     (MIN_CXMI 0.005), random_ctx/cxmi 0.024-0.034, random-context BLEU -2.1 to -3.0, initial
-    damage within 0.002 nats of 0, the gates open throughout (mean lambda 0.55-0.66). From the paper's initialisation the same recipe
-    resolved 100 / 63.4 / 64.3 / 99.1% (seeds 1-4; seeds 2 and 3 the topic cue only, their gates
-    shut, reading Z16), and 300 step-2 updates from the intact start 72.3 / 75.6 / 99.3 / 99.8%: the
-    sweep's other recipes cannot pass here (experiments/sweeps/zhang_step2.yaml)."""
+    damage within 0.002 nats of 0, the gates open throughout (mean lambda 0.55-0.66). From the paper's
+    initialisation the same recipe resolved 100 / 63.4 / 64.3 / 99.1% (seeds 1-4; seeds 2 and 3 the
+    topic cue only, their gates shut, reading Z16), and 300 step-2 updates from the intact start
+    72.3 / 75.6 / 99.3 / 99.8%: the sweep's other recipes cannot pass here
+    (experiments/sweeps/zhang_step2.yaml)."""
     header = "model: {arch: zhang_doc}\ncontext: {prev_sentences: 3}\n"
     return recipe_run(ZHANG_TABLE, header, SENT_STEPS, stages=stages, **changes)
 

@@ -53,19 +53,24 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from lightning_docmt.config import composition as config_lib
-from lightning_docmt.training import run as train
 from lightning_docmt.data import synthetic
 from lightning_docmt.data.contrastive import context_free_ceiling
+from lightning_docmt.training import run as train
 from tests.helpers.run_env import single_process_run_env
 from tests.learning.learning_runs import (
-    NAME, SETTINGS, sentence_run, zhang_run, single_stage_run, rnn_run, coattn_run,
+    NAME,
+    SETTINGS,
+    coattn_run,
+    rnn_run,
+    sentence_run,
+    single_stage_run,
+    zhang_run,
 )
 
 pytestmark = pytest.mark.slow
@@ -230,8 +235,10 @@ def antecedent_selection(run_dir: Path, stage: str) -> dict[str, float]:
     model = load_checkpoint(run_dir / stage / "checkpoints" / "last.ckpt")
     items = [e for e in synthetic.contrastive_suite(NAME) if e["phenomenon"].startswith("pronoun")]
     window = model.window.prev_src
-    documents = [Document(f"{n}", [*e["src_context"][-window:], e["src"]], [""] * (min(window, len(e["src_context"])) + 1))
-                 for n, e in enumerate(items)]  # one document per item: its context, then the pronoun sentence
+    # one document per item: its context, then the pronoun sentence
+    documents = [Document(f"{n}", [*e["src_context"][-window:], e["src"]],
+                          [""] * (min(window, len(e["src_context"])) + 1))
+                 for n, e in enumerate(items)]
     last = {doc.doc_id: len(doc.src) - 1 for doc in documents}
     explained = [line for line in explain_selection(model, documents) if line["sentence"] == last[line["doc_id"]]]
     hits = kept = context = found = 0
@@ -309,8 +316,8 @@ def test_the_shared_context_rnn_beats_its_baseline_on_what_the_previous_sentence
     AVX2-held float32 seed 2 70.3 / 68.3%; in those 11 runs pronoun_d1 >= 99.2% and sense >= 92.9%,
     49.7-55.4% with another example's context, cxmi 0.0095-0.028 (Sh-Src) and 0.0082-0.014
     (Sh-Tgt; MIN_CXMI 0.005), random_ctx/cxmi 0.019-0.038, random-context BLEU -1.1 to -1.8.
-    Table 2's earlier `ctx` of a third of the base (500 updates here) failed seed 3 (Sh-Src pronoun_d1 60%: the topic cue
-    only), also at a quarter of the peak lr (experiments/sweeps/yk_rnn_ctx_stage.yaml)."""
+    Table 2's earlier `ctx` of a third of the base (500 updates here) failed seed 3 (Sh-Src pronoun_d1
+    60%: the topic cue only), also at a quarter of the peak lr (experiments/sweeps/yk_rnn_ctx_stage.yaml)."""
     base = rnn_baseline["metrics"]
     assert_at_ceiling(base["contrastive/accuracy"], ceiling)
     assert_context_blind(base)

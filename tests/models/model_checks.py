@@ -39,7 +39,8 @@ def assert_padding_and_batching_invisible(model, batch: dict[str, torch.Tensor],
         assert torch.allclose(model(wider)[:, : real.size(1)][real], reference[real], atol=1e-5), keys
     for row in range(batch["src"].size(0)):
         alone = {key: value[row:row + 1] for key, value in batch.items()}
-        alone = {key: value[:, : max(int(value.ne(PAD_ID).sum()), 1)] for key, value in alone.items()}  # segment ids of an empty context are all 0
+        # (segment ids of an empty context are all 0: keep one column of every key)
+        alone = {key: value[:, : max(int(value.ne(PAD_ID).sum()), 1)] for key, value in alone.items()}
         length = int(alone["tgt_out"].size(1))
         assert torch.allclose(model(alone)[0], reference[row, :length], atol=1e-5)
 
@@ -63,7 +64,8 @@ def assert_beam_scores_are_log_probs_and_batching_invisible(model, batch: dict[s
         assert [h.log_prob for h in hyps] == pytest.approx(sequence_log_probs(model, forced).tolist(), abs=1e-4)
     for row, sentence_hyps in enumerate(nbest):
         alone = {key: value[row:row + 1] for key, value in batch.items()}
-        alone = {key: value[:, : max(int(value.ne(PAD_ID).sum()), 1)] for key, value in alone.items()}  # segment ids of an empty context are all 0
+        # (segment ids of an empty context are all 0: keep one column of every key)
+        alone = {key: value[:, : max(int(value.ne(PAD_ID).sum()), 1)] for key, value in alone.items()}
         [single] = beam_search(model, alone, beam=3, len_penalty=0.6, max_len_a=1.0, max_len_b=3)
         assert single.tokens == sentence_hyps[0].tokens
         assert single.score == pytest.approx(sentence_hyps[0].score, abs=1e-4)

@@ -24,15 +24,20 @@ from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq
 from lightning_docmt.nn.concatenation import join_rows
 from lightning_docmt.registry import get_arch, model_config
 from lightning_docmt.training.module import DocMTModule
-from tests.helpers.run_checks import assert_test_bleu_rescores
 from tests.helpers.cli_run import docmt, run_dir_of
-from tests.models.model_checks import (assert_beam_scores_are_log_probs_and_batching_invisible,
-                                assert_incremental_matches_full, assert_padding_and_batching_invisible,
-                                       sinusoid)
+from tests.helpers.corpus_fixtures import CONTEXT_DOCUMENTS as DOCUMENTS
+from tests.helpers.corpus_fixtures import CONTEXT_REFERENCES as REFERENCES
+from tests.helpers.corpus_fixtures import WORD_VOCAB
+from tests.helpers.model_inputs import SIZES, VOCAB, context, padded, random_batch
+from tests.helpers.run_checks import assert_test_bleu_rescores
 from tests.helpers.run_env import single_process_run_env
 from tests.helpers.stage_fits import tiny_config
-from tests.helpers.corpus_fixtures import CONTEXT_DOCUMENTS as DOCUMENTS, CONTEXT_REFERENCES as REFERENCES, WORD_VOCAB
-from tests.helpers.model_inputs import SIZES, VOCAB, context, padded, random_batch
+from tests.models.model_checks import (
+    assert_beam_scores_are_log_probs_and_batching_invisible,
+    assert_incremental_matches_full,
+    assert_padding_and_batching_invisible,
+    sinusoid,
+)
 
 D, LAYERS = SIZES["d_model"], SIZES["enc_layers"]
 SEGMENT = "src_embed.segment.weight"

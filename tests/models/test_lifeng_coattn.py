@@ -4,21 +4,29 @@ group bit-identical while the other trains, resumed mid-phase), decoding and a t
 
 from __future__ import annotations
 
-import itertools
 import csv
+import itertools
 import json
 from fnmatch import fnmatchcase
 from typing import Any
 
 import pytest
-from omegaconf import OmegaConf
 import torch
+from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from lightning_docmt.data.batch import EOS_ID, PAD_ID, SEP_ID
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.models.lifeng_coattn import (SELECTOR_PHASE, THETA_R_GLOBS, THETA_S_GLOBS, TRANSLATOR_PHASE,
-                                                  CoAttention, LiFengCoAttentionSeq2Seq, LiFengConfig, ReinforceConfig)
+from lightning_docmt.models.lifeng_coattn import (
+    SELECTOR_PHASE,
+    THETA_R_GLOBS,
+    THETA_S_GLOBS,
+    TRANSLATOR_PHASE,
+    CoAttention,
+    LiFengCoAttentionSeq2Seq,
+    LiFengConfig,
+    ReinforceConfig,
+)
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.context_sentences import pack_left, split_sentences
 from lightning_docmt.nn.hard_selection import HardSelector
@@ -26,12 +34,15 @@ from lightning_docmt.training import trainer as trainer_factory
 from lightning_docmt.training.output_loss import output_label_smoothed_nll
 from lightning_docmt.training.reinforce import advantages, policy_loss
 from tests.helpers.cli_run import docmt, run_dir_of
-from tests.models.model_checks import (assert_beam_scores_are_log_probs_and_batching_invisible,
-                                assert_incremental_matches_full, assert_padding_and_batching_invisible)
-from tests.helpers.run_env import single_process_run_env
-from tests.helpers.stage_fits import fit_then_resume, tiny_config
 from tests.helpers.hook_stand_ins import PhaseRecorder
 from tests.helpers.model_inputs import SIZES, VOCAB, padded, sentence
+from tests.helpers.run_env import single_process_run_env
+from tests.helpers.stage_fits import fit_then_resume, tiny_config
+from tests.models.model_checks import (
+    assert_beam_scores_are_log_probs_and_batching_invisible,
+    assert_incremental_matches_full,
+    assert_padding_and_batching_invisible,
+)
 
 D = SIZES["d_model"]
 
@@ -96,7 +107,8 @@ def test_each_context_sentence_is_encoded_alone_as_a_source_sentence():
     expected = [model.encode_tokens(torch.tensor([part + [EOS_ID]]))[0][0]
                 for part in (tokens[:2], tokens[2:3], tokens[3:6])]
     assert torch.allclose(view.context[row, :9], torch.cat(expected), atol=1e-5)
-    assert view.context_tokens[row, :9].tolist() == tokens[:2] + [EOS_ID] + tokens[2:3] + [EOS_ID] + tokens[3:6] + [EOS_ID]
+    assert view.context_tokens[row, :9].tolist() == \
+        tokens[:2] + [EOS_ID] + tokens[2:3] + [EOS_ID] + tokens[3:6] + [EOS_ID]
     assert view.context_pad.sum(1).tolist() == [view.context.size(1) - n for n in (9, 0, 6, 9)]
 
 
@@ -153,7 +165,8 @@ def test_padding_positions_are_never_selected_and_cost_nothing():
         assert not selection.z[:, 2:][pad.repeat_interleave(len(selection.z) // 2, 0)[:, 2:]].any()
     short = selector.inputs(current[1:], torch.zeros(1, 3, dtype=torch.bool), context[1:, :2],
                             torch.zeros(1, 2, dtype=torch.bool))
-    assert float(selector.beam(short, 2).log_prob) == pytest.approx(float(selector.beam(inputs, 2).log_prob[1]), abs=1e-5)
+    assert float(selector.beam(short, 2).log_prob) == \
+        pytest.approx(float(selector.beam(inputs, 2).log_prob[1]), abs=1e-5)
 
 
 # ---------------------------------------------------------------- REINFORCE (Eqs. 29-30, reading L2)
@@ -277,7 +290,8 @@ def test_the_selector_phase_trains_the_selector_only_and_logs_its_behaviour():
     terms = model.loss_terms(batch, output_loss(model), TRANSLATOR_PHASE)
     terms.loss_sum.backward()
     assert set(terms.stats) == {"selection_rate", "policy_entropy", "gate_mean", "gate_shut"}
-    assert 0.2 < float(terms.stats["gate_mean"]) < 0.8 and float(terms.stats["gate_shut"]) < 0.5  # fresh gate, lambda ~ 1/2
+    # a fresh gate: lambda ~ 1/2
+    assert 0.2 < float(terms.stats["gate_mean"]) < 0.8 and float(terms.stats["gate_shut"]) < 0.5
     assert all(p.grad is None for n, p in model.named_parameters() if n.startswith("selector."))
     assert model.encoder.layers[0].ffn.fn.fc1.weight.grad is not None
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import Tensor
 
-from lightning_docmt.data.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID
+from lightning_docmt.data.batch import EOS_ID, PAD_ID, SEP_ID
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.models.concat import ConcatConfig, ConcatSeq2Seq, concatenate_context
+from lightning_docmt.models.concat import concatenate_context
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from tests.helpers.model_inputs import SIZES, VOCAB, padded, random_batch, tiny_model
 from tests.models.model_checks import assert_incremental_matches_full

@@ -26,13 +26,16 @@ from lightning_docmt.nn.training_hooks import CARRY_KEY
 from lightning_docmt.registry import model_config
 from lightning_docmt.training.model_hooks import CarriedState, map_tensors
 from lightning_docmt.training.module import DocMTModule
-from lightning_docmt.training.run import load_weights
 from lightning_docmt.training.output_loss import output_label_smoothed_nll
-from tests.models.model_checks import (assert_beam_scores_are_log_probs_and_batching_invisible,
-                                assert_incremental_matches_full, assert_padding_and_batching_invisible)
+from lightning_docmt.training.run import load_weights
+from tests.helpers.model_inputs import VOCAB, padded, random_batch, sentence
 from tests.helpers.run_env import single_process_run_env
 from tests.helpers.stage_fits import fit_stage, tiny_config
-from tests.helpers.model_inputs import VOCAB, padded, random_batch, sentence
+from tests.models.model_checks import (
+    assert_beam_scores_are_log_probs_and_batching_invisible,
+    assert_incremental_matches_full,
+    assert_padding_and_batching_invisible,
+)
 
 D = 16
 CARRY_TOKENS = 8  # every sentence below fits: the carry keeps 9 positions

@@ -12,19 +12,28 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from lightning_docmt.data.batch import PAD_ID, SEP_ID
-from lightning_docmt.inference.decoding import beam_search, greedy_search
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.inference.decoding import beam_search, greedy_search
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
-from lightning_docmt.models.zhang_doc import (THETA_D_GLOBS, THETA_S_GLOBS, ContextAttnConfig, ZhangDocConfig,
-                                              ZhangDocSeq2Seq, ZhangEncoderState)
+from lightning_docmt.models.zhang_doc import (
+    THETA_D_GLOBS,
+    THETA_S_GLOBS,
+    ContextAttnConfig,
+    ZhangDocConfig,
+    ZhangDocSeq2Seq,
+    ZhangEncoderState,
+)
 from lightning_docmt.nn.attention import AttentionMemory
 from lightning_docmt.nn.gating import ContextGate, gate_stats
 from lightning_docmt.nn.layers import LayerInputs
 from lightning_docmt.nn.residual import LAYER_NORM_EPS, Residual
 from tests.helpers.model_inputs import SIZES, VOCAB, random_batch
-from tests.models.model_checks import (assert_beam_scores_are_log_probs_and_batching_invisible,
-                                assert_incremental_matches_full, assert_padding_and_batching_invisible,
-                                       sinusoid)
+from tests.models.model_checks import (
+    assert_beam_scores_are_log_probs_and_batching_invisible,
+    assert_incremental_matches_full,
+    assert_padding_and_batching_invisible,
+    sinusoid,
+)
 
 D, FFN, LAYERS = SIZES["d_model"], SIZES["ffn_dim"], SIZES["enc_layers"]
 SWITCHES = list(itertools.product([False, True], repeat=2))  # (context_attn.encoder, context_attn.decoder)

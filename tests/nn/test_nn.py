@@ -10,13 +10,19 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.data.batch import PAD_ID
 from lightning_docmt.nn.attention import AttentionCache, AttentionMemory, MultiHeadAttention, key_mask
 from lightning_docmt.nn.embedding import TokenEmbedding, sinusoidal_positions
-from lightning_docmt.nn.layers import FeedForward, LayerInputs, cross_attention_block, decoder_layer, encoder_layer
+from lightning_docmt.nn.layers import (
+    FeedForward,
+    LayerInputs,
+    cross_attention_block,
+    decoder_layer,
+    encoder_layer,
+)
 from lightning_docmt.nn.residual import LAYER_NORM_EPS, ResidualBlock
 from lightning_docmt.nn.seq2seq import DecoderCache, EncoderState, select_rows
-from lightning_docmt.config.schema import ModelConfig
 
 D, H = 16, 4
 

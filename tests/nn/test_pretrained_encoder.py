@@ -10,7 +10,6 @@ The checkpoint is read a handful of times (0.1 s each); `transformers`' BertMode
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +30,9 @@ from lightning_docmt.nn.attention import key_mask
 from lightning_docmt.nn.layers import LayerInputs
 from lightning_docmt.nn.pretrained import PretrainedEmbedding, pretrained_dir
 from lightning_docmt.registry import get_arch, model_config
-from tests.helpers.run_checks import assert_test_bleu_rescores
 from tests.helpers.cli_run import docmt, run_dir_of
 from tests.helpers.corpus_fixtures import write_jsonl
+from tests.helpers.run_checks import assert_test_bleu_rescores
 from tests.helpers.run_env import single_process_run_env
 
 MINILM = "minilm"
@@ -174,7 +173,8 @@ def test_minilm_weights_land_in_the_encoder(vocab, minilm_dir):
     fox = vocab.encode("fox")[0]
     assert torch.equal(model.src_embed.weight[fox], words[vocab.tokenizer_ids([fox])[0]])
     assert torch.equal(model.src_embed.weight[EOS_ID], words[vocab.specials["sep"]])
-    assert torch.equal(model.src_embed.segment.weight, file_tensor(minilm_dir, "embeddings.token_type_embeddings.weight"))
+    assert torch.equal(model.src_embed.segment.weight,
+                       file_tensor(minilm_dir, "embeddings.token_type_embeddings.weight"))
     assert isinstance(model.src_embed, PretrainedEmbedding)
     assert model.encoder.layers[0].ffn.norm.eps == 1e-12
 
@@ -331,7 +331,8 @@ def test_the_pretrained_tensors_train_at_their_own_lr_with_a_scale(corpus, minil
     (["model.pretrained_encoder=null", "model.pretrained_lr_scale=0.25"], "model.pretrained_lr_scale"),
     (["model.pretrained_lr_scale=0.25", "train.stages.main.unfreeze=[{globs: ['decoder.*'], at_step: 1, lr: 1.0}]",
       "train.stages.main.trainable=['encoder.*']"], "train.stages.main.unfreeze"),
-    (["model.arch=lifeng_coattn", "context.prev_sentences=1", "model.pretrained_lr_scale=0.25"], "model.pretrained_lr_scale")])
+    (["model.arch=lifeng_coattn", "context.prev_sentences=1", "model.pretrained_lr_scale=0.25"],
+     "model.pretrained_lr_scale")])
 def test_a_pretrained_lr_scale_that_cannot_work_is_one_clear_error_before_training(overrides, key, corpus,
                                                                                   monkeypatch):
     """Reading F15: the scale needs a pretrained encoder, a positive value and one optimizer with

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from lightning_docmt.config.composition import compose
+from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.registry import import_all_archs
 from lightning_docmt.tables.spec import compose_row, is_grid_file, is_table_file, load_table
 from lightning_docmt.training.run import check_stages
-from lightning_docmt.config.yaml_file import YamlFile
 from tests.helpers.experiment_files import EXPERIMENTS, experiment_files
+
 
 def experiment_cases() -> list[tuple[Path, str | None]]:
     cases: list[tuple[Path, str | None]] = []

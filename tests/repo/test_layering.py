@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.helpers.paths import REPO
 
 PACKAGE = "lightning_docmt"

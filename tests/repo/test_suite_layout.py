@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 from tests.helpers.paths import REPO, TESTS
 

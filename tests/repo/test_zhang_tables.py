@@ -9,7 +9,6 @@ numbers sit in the right rows.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf

@@ -18,8 +18,8 @@ from lightning_docmt.tables.contrastive_columns import column_value
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import compose_row, load_table
 from lightning_docmt.training.run import run_validation_metrics
-from tests.helpers.run_env import single_process_run_env
 from tests.helpers.paths import CONTRASTIVE_SUITES
+from tests.helpers.run_env import single_process_run_env
 
 SUITES = CONTRASTIVE_SUITES
 

@@ -75,7 +75,7 @@ def test_a_grid_has_a_line_per_part_a_column_per_row_and_each_parts_marks(grid_f
     markdown = (tmp_path / "results" / "unit.grid" / "table.md").read_text()
     lines = markdown.splitlines()
     assert "| Part | baseline | better | worse |" in lines
-    line = next(l for l in lines if l.startswith("| x-y |"))
+    line = next(text for text in lines if text.startswith("| x-y |"))
     better, worse = line.split(" | ")[2], line.split(" | ")[3]
     assert f"↑ Δ +{statistics.mean(deltas):.2f} ± {statistics.stdev(deltas):.2f}" in better
     assert "↓ Δ -" in worse and "Δ" not in line.split(" | ")[1]  # the baseline has none
@@ -121,7 +121,7 @@ def test_parts_run_separately_fill_one_grid(grid_file, tmp_path):
     run_grid(grid_file, parts="y-x", row_runner=recording(calls), results_dir=results)
     assert {group for group, _, _ in calls} == {"unit.part_b"}
     markdown = (results / "unit.grid" / "table.md").read_text()
-    assert next(l for l in markdown.splitlines() if l.startswith("| x-y |")).count("n/a") == 3
+    assert next(text for text in markdown.splitlines() if text.startswith("| x-y |")).count("n/a") == 3
     assert "unit.part_a (no report yet)" in markdown
     calls.clear()
     outcome = run_grid(grid_file, parts="x-y,y-x", row_runner=recording(calls), results_dir=results)

@@ -44,7 +44,7 @@ def test_marks_need_significance_in_every_seed(table_file, tmp_path):
     assert p["near"] == pytest.approx([p_value(seed, NEAR[seed]) for seed in (1, 2)])
     assert all(v < 0.05 for v in p["near"]) and p["near_split"][0] < 0.05 <= p["near_split"][1]
     markdown = (out / "table.md").read_text()
-    assert next(l for l in markdown.splitlines() if l.startswith("| better |")).count("↑") == 1
+    assert next(text for text in markdown.splitlines() if text.startswith("| better |")).count("↑") == 1
     assert "baseline row `baseline`" in markdown and "METEOR are case-insensitive." in markdown
 
 

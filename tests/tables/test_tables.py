@@ -17,11 +17,10 @@ from lightning_docmt.config.composition import compose
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.tables.report import DONE, RunRecord, log_table_to_wandb, run_provenance, summarize
-from lightning_docmt.tables.spec import compose_file, compose_row, load_table
 from lightning_docmt.tables.runner import run_table
+from lightning_docmt.tables.spec import compose_file, compose_row, load_table
 from tests.helpers.cli_run import docmt
 from tests.helpers.stand_in_archs import CTX
-
 
 TABLE = {
     "id": "unit.t1",
@@ -129,11 +128,11 @@ def test_table_markdown_and_csv_hold_mean_std_and_paper_numbers(table_file, tmp_
             else:
                 assert float(line["paper"]) == paper
                 assert float(line["delta"]) == pytest.approx(mean - paper)
-            row_line = next(l for l in markdown.splitlines() if l.startswith(f"| {row} |"))
+            row_line = next(text for text in markdown.splitlines() if text.startswith(f"| {row} |"))
             assert f"{mean:.2f} ± {std:.2f} (n=2)" in row_line
             if paper is not None:
                 assert f"| {paper:.2f} | {mean - paper:+.2f} |" in row_line
-    broken = [l for l in markdown.splitlines() if l.startswith("| broken |")]
+    broken = [text for text in markdown.splitlines() if text.startswith("| broken |")]
     assert broken and broken[0].endswith("| failed |")
     assert rows[("broken", "test/bleu")]["n"] == "0" and rows[("broken", "test/bleu")]["mean"] == ""
     broken_log = out / "broken" / "seed1" / "log.txt"

@@ -10,10 +10,8 @@ its checkpoint after update 3, in the middle of a turn of phase "b".
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
 from typing import Any
 
-import lightning.pytorch as pl
 import pytest
 import torch
 
@@ -22,9 +20,8 @@ from lightning_docmt.nn.training_hooks import OptimizerPhase
 from lightning_docmt.training import run as train
 from lightning_docmt.training import trainer as trainer_factory
 from lightning_docmt.training.model_hooks import PhaseCycle
-from tests.helpers.hook_stand_ins import PHASE_GLOBS, PHASE_STEPS, PHASED
-from tests.helpers.hook_stand_ins import PhaseRecorder, phase_of
-from tests.helpers.stage_fits import fit_then_resume, tiny_config, weights
+from tests.helpers.hook_stand_ins import PHASE_GLOBS, PHASE_STEPS, PHASED, PhaseRecorder, phase_of
+from tests.helpers.stage_fits import fit_then_resume, tiny_config
 
 STEPS, RESUME_AT, CLIP = 8, 3, 0.1
 EXPECTED_PHASES = [("a", "b")[step // PHASE_STEPS % 2] for step in range(STEPS)]  # a a b b a a b b

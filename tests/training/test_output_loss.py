@@ -8,8 +8,8 @@ from torch.overrides import TorchFunctionMode
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.registry import ARCHS, ArchEntry
 from lightning_docmt.training import output_loss
-from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.losses import label_smoothed_nll
+from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.output_loss import output_label_smoothed_nll
 
 VOCAB, DIM = 50, 16

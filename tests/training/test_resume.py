@@ -19,7 +19,6 @@ import torch
 from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
-
 from tests.helpers.paths import REPO
 from tests.helpers.run_env import LAUNCH_VARIABLES
 

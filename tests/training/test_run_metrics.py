@@ -15,17 +15,17 @@ import pytest
 import torch
 
 from lightning_docmt.config import composition as config_lib
-from lightning_docmt.training import run as train
-from lightning_docmt.evaluation.contrastive import evaluate_suite, with_random_contexts
 from lightning_docmt.data import synthetic
 from lightning_docmt.data.contrastive import chance_rates
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.evaluation.contrastive import evaluate_suite, with_random_contexts
 from lightning_docmt.inference.translate import load_checkpoint
+from lightning_docmt.training import run as train
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.speed import DECODE_SPEED_METRIC, TRAIN_SPEED_KEY, TRAIN_SPEED_METRIC
 from tests.helpers.cli_run import docmt
-from tests.helpers.run_env import single_process_run_env
 from tests.helpers.paths import CONTRASTIVE_SUITES
+from tests.helpers.run_env import single_process_run_env
 
 NAME = "tiny?docs=20&test_docs=5"
 SUITES = CONTRASTIVE_SUITES

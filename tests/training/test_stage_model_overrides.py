@@ -41,11 +41,11 @@ def test_a_stage_validates_at_its_own_interval_and_the_others_at_the_runs(tmp_pa
 
 
 def test_the_optimizer_is_selectable_and_the_rnn_preset_uses_adagrad(tmp_path):
-    from omegaconf import OmegaConf
     import torch
-    from lightning_docmt.training.module import DocMTModule
+    from omegaconf import OmegaConf
 
     from lightning_docmt.config import composition as config_lib
+    from lightning_docmt.training.module import DocMTModule
 
     paper = config_lib.compose(None, ["model.arch=yk_rnn"]).train.optim  # no profile: the preset's
     assert (paper.optimizer, paper.lr, paper.schedule) == ("adagrad", 0.01, "constant")

@@ -4,8 +4,8 @@ import pytest
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_docmt.config import composition as config_lib
-from lightning_docmt.training import trainer as trainer_factory
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.training import trainer as trainer_factory
 
 
 def tiny_cfg(*overrides: str):
