@@ -36,8 +36,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
+# `make test-fast` leaves out every test that trains a model or starts a process (markers `slow`, `fit`
+# and `subprocess`, pyproject.toml): a few minutes on 2 cores, for the edit-test loop; `make test` runs all.
+FAST := not slow and not fit and not subprocess
 test-fast: $(STAMP)
-	WANDB_MODE=disabled $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "$(FAST)"
 
 # Style: ruff (pinned in requirements.lock, configured in pyproject.toml) over every Python file of
 # the repository (lightning_docmt/, callbacks/, benchmarks/, tests/). `make test` does not depend on

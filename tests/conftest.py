@@ -1,4 +1,5 @@
-"""Fixtures shared by tests in more than one folder: pytest finds them here, no test imports them.
+"""Fixtures shared by tests in more than one folder: pytest finds them here, no test imports them;
+and the check that every test which fits a model or starts a process carries its marker.
 
 Fixtures used by the tests of one folder only live in that folder's own module (or conftest.py).
 The heavy imports (Lightning, the models) happen inside the fixtures, so that a run of a few
@@ -7,6 +8,10 @@ quick tests does not pay for them.
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing.process
+import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -53,3 +58,47 @@ def hook_archs() -> Iterator[dict[str, ArchEntry]]:
         for name, entry in ENTRIES.items():
             mp.setitem(ARCHS, name, entry)
         yield ENTRIES
+
+
+# ------------------------------------------------ markers of the tests that fit or start processes
+
+# `make test-fast` leaves these out (pyproject.toml); a test without one of them may do neither.
+HEAVY_MARKERS = ("slow", "fit", "subprocess")
+
+
+def _refusal(nodeid: str, what: str, marker: str):
+    def refuse(*args, **kwargs):
+        pytest.fail(f"{nodeid} {what} but is not marked: add @pytest.mark.{marker} (or mark its module; "
+                    f"docs/testing.md) so that `make test-fast` leaves it out", pytrace=False)
+    return refuse
+
+
+@contextlib.contextmanager
+def _unmarked_tests_neither_fit_nor_spawn(item: pytest.Item) -> Iterator[None]:
+    if any(item.get_closest_marker(name) for name in HEAVY_MARKERS):
+        yield
+        return
+    patches = [(subprocess.Popen, "__init__", "starts a subprocess", "subprocess"),
+               (multiprocessing.process.BaseProcess, "start", "starts a process", "subprocess")]
+    # Collecting a folder or the suite imports Lightning before any test runs; a lone test module
+    # that imports it only inside a test is not checked for fits (importing Lightning here would
+    # cost every quick run seconds).
+    if "lightning.pytorch" in sys.modules:
+        patches.append((sys.modules["lightning.pytorch"].Trainer, "fit", "fits a model", "fit"))
+    with pytest.MonkeyPatch.context() as mp:
+        for owner, name, what, marker in patches:
+            mp.setattr(owner, name, _refusal(item.nodeid, what, marker))
+        yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    """Set-up included: a module-scoped fixture that fits runs in the set-up of its first test."""
+    with _unmarked_tests_neither_fit_nor_spawn(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    with _unmarked_tests_neither_fit_nor_spawn(item):
+        return (yield)

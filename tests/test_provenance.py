@@ -71,6 +71,7 @@ def test_a_rank_whose_code_differs_from_rank_zeros_stops(monkeypatch, tmp_path):
         fingerprint()
 
 
+@pytest.mark.fit
 def test_metrics_record_the_code_versions_and_resolved_settings(workdir):
     config = write_config(workdir / "provenance.yaml", FIT_SETTINGS.replace("20", "4"))
     metrics = read_json(run_dir_of(docmt("fit", config, "--profile", "tiny")) / "metrics.json")
@@ -82,6 +83,7 @@ def test_metrics_record_the_code_versions_and_resolved_settings(workdir):
     assert env["git"] == provenance.git_state() != ""
 
 
+@pytest.mark.fit
 def test_a_finished_row_of_other_code_is_reported_when_reused(workdir, capsys):
     table = workdir / "prov_table.yaml"
     table.write_text(f"id: prov\ntitle: provenance\nmetrics: [test/bleu]\n"

@@ -54,6 +54,7 @@ def bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.subprocess
 def test_bench_only_runs_the_selected_benchmark(tmp_path):
     out = tmp_path / "one.json"
     done = bench(tmp_path, "--only", "data_scale", "--smoke", "--json", str(out))
@@ -65,6 +66,7 @@ def test_bench_only_runs_the_selected_benchmark(tmp_path):
     assert "training_step" not in done.stdout + done.stderr
 
 
+@pytest.mark.subprocess
 def test_bench_runs_every_benchmark_by_default_and_merges_their_reports(tmp_path):
     out = tmp_path / "all.json"
     done = bench(tmp_path, "--smoke", "--json", str(out))
@@ -77,6 +79,7 @@ def test_bench_runs_every_benchmark_by_default_and_merges_their_reports(tmp_path
     assert ratio > 0
 
 
+@pytest.mark.subprocess
 def test_an_unknown_benchmark_is_one_error_line_and_runs_nothing(tmp_path):
     done = bench(tmp_path, "--only", "data_scale,zhang_efficency")
     assert done.returncode == 2, done.stderr

@@ -129,6 +129,7 @@ def state_of(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
 
 
+@pytest.mark.fit
 def test_the_stage_checkpoint_is_the_average_of_the_best_contiguous_window(averaged_run):
     records = averaged_run["records"]
     assert [r["step"] for r in records] == [2, 4, 6, 8]
@@ -144,6 +145,7 @@ def test_the_stage_checkpoint_is_the_average_of_the_best_contiguous_window(avera
     assert summary["scores"] == pytest.approx([records[i]["loss"] for i in window])
 
 
+@pytest.mark.fit
 def test_the_averaged_checkpoint_loads_and_its_recorded_validation_is_its_own(averaged_run):
     averaging = averaged_run["run_dir"] / "main" / "averaging"
     loaded = load_checkpoint(averaging / "averaged.ckpt")  # hyper-parameters + vocabularies inside
@@ -163,6 +165,7 @@ def test_the_averaged_checkpoint_loads_and_its_recorded_validation_is_its_own(av
     assert done["best_score"] == pytest.approx(summary["validation"]["val/loss"])
 
 
+@pytest.mark.fit
 def test_only_snapshots_that_can_still_be_chosen_stay_on_disk(averaged_run):
     records = averaged_run["records"]
     window = select_window([-r["loss"] for r in records], N_AVERAGED, "best_contiguous")
@@ -174,6 +177,7 @@ def test_only_snapshots_that_can_still_be_chosen_stay_on_disk(averaged_run):
 # ---------------------------------------------------------------------- docmt average
 
 
+@pytest.mark.fit
 def test_docmt_average_averages_weights_and_keeps_the_rest_of_the_newest(averaged_run, tmp_path):
     source = torch.load(averaged_run["run_dir"] / "main" / "averaging" / "averaged.ckpt",
                         map_location="cpu", weights_only=False)
@@ -196,6 +200,7 @@ def test_docmt_average_averages_weights_and_keeps_the_rest_of_the_newest(average
     assert str(out) in outcome.out and not list(out.parent.glob("*.tmp"))
 
 
+@pytest.mark.fit
 def test_docmt_average_rejects_bad_inputs_with_exit_2(averaged_run, tmp_path):
     good = averaged_run["run_dir"] / "main" / "averaging" / "averaged.ckpt"
     checkpoint = torch.load(good, map_location="cpu", weights_only=False)

@@ -89,6 +89,7 @@ def two_step(root: Path) -> dict[str, Any]:
             "recorder": recorder, "probe": probe, "s2": s2}
 
 
+@pytest.mark.fit
 def test_step_2_keeps_theta_s_bit_identical_and_trains_theta_d(two_step):
     s1, recorder = two_step["s1"], two_step["recorder"]
     start, end = recorder.start, recorder.end
@@ -99,6 +100,7 @@ def test_step_2_keeps_theta_s_bit_identical_and_trains_theta_d(two_step):
     assert [k for k in theta_d if not torch.equal(end[k], start[k])] == theta_d
 
 
+@pytest.mark.fit
 def test_the_optimizer_holds_exactly_the_trainable_parameters(two_step):
     recorder = two_step["recorder"]
     names = [n for n, _ in two_step["s2"].module.model.named_parameters()]
@@ -109,6 +111,7 @@ def test_the_optimizer_holds_exactly_the_trainable_parameters(two_step):
         assert snapshot["trainable"] == theta_d
 
 
+@pytest.mark.fit
 def test_dropout_stays_active_inside_frozen_modules(two_step):
     calls = two_step["probe"].calls
     assert any(".self_attn." in name for name in calls) and any(".ffn." in name for name in calls)
@@ -141,6 +144,7 @@ def expected_lr(cfg, lr: float, step: int) -> float:
                  d_model=cfg.model.d_model)
 
 
+@pytest.mark.fit
 def test_a_milestone_adds_exactly_its_frozen_parameters_as_a_group_at_its_lr(milestone_fits):
     cfg, full = milestone_fits["cfg"], milestone_fits["recorders"]["full"]
     names = list(full.start)
@@ -160,6 +164,7 @@ def test_a_milestone_adds_exactly_its_frozen_parameters_as_a_group_at_its_lr(mil
     assert changed == sorted(theta_d + unfrozen)  # the rest of theta_s stayed frozen
 
 
+@pytest.mark.fit
 @pytest.mark.parametrize("step", [4, 2])
 def test_resume_restores_the_frozen_set_the_groups_and_the_trajectory(milestone_fits, step):
     recorders = milestone_fits["recorders"]
@@ -191,6 +196,7 @@ def test_a_bad_policy_fails_before_anything_trains(root, overrides, key, text):
     assert f"key '{key}'" in str(err.value) and text in str(err.value)
 
 
+@pytest.mark.fit
 def test_a_milestone_that_unfreezes_nothing_new_is_an_error(root):
     cfg = tiny_config(root, "model.arch=zhang_doc", "context.prev_sentences=1",
                       f"train.stages.main.trainable={json.dumps(THETA_D_GLOBS)}",

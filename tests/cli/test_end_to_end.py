@@ -58,6 +58,7 @@ def fitted(workdir: Path) -> tuple[Path, Path]:
     return config, run_dir_of(docmt("fit", config, "--profile", "tiny"))
 
 
+@pytest.mark.fit
 def test_fit_writes_config_metrics_record_and_test_hypotheses(fitted):
     _, run_dir = fitted
     assert (run_dir / "config.yaml").is_file()
@@ -70,6 +71,7 @@ def test_fit_writes_config_metrics_record_and_test_hypotheses(fitted):
     assert hyps[-1] == "" and len(hyps) - 1 == sum(len(src) for src in sources_of_test_split())
 
 
+@pytest.mark.fit
 def test_a_second_fit_of_the_same_config_reuses_its_stage(fitted):
     config, first = fitted
     outcome = docmt("fit", config, "--profile", "tiny")
@@ -81,6 +83,7 @@ def test_a_second_fit_of_the_same_config_reuses_its_stage(fitted):
     assert (after["key"], after["checkpoint"]) == (before["key"], before["checkpoint"])
 
 
+@pytest.mark.fit
 def test_fit_of_the_saved_config_repeats_the_run(fitted):
     _, first = fitted
     second = run_dir_of(docmt("fit", first / "config.yaml"))
@@ -89,6 +92,7 @@ def test_fit_of_the_saved_config_repeats_the_run(fitted):
         without_timing(read_json(first / "metrics.json"))
 
 
+@pytest.mark.fit
 def test_test_command_prints_the_metrics_of_the_run(fitted):
     _, run_dir = fitted
     outcome = docmt("test", run_dir, "--json")
@@ -96,6 +100,7 @@ def test_test_command_prints_the_metrics_of_the_run(fitted):
     assert without_timing(json.loads(outcome.out)) == without_timing(read_json(run_dir / "metrics.json"))
 
 
+@pytest.mark.fit
 def test_translate_keeps_the_layout_of_plain_text_and_agrees_with_jsonl(fitted, workdir):
     _, run_dir = fitted
     checkpoint = read_json(run_dir / "run.json")["checkpoint"]
@@ -119,6 +124,7 @@ def test_translate_keeps_the_layout_of_plain_text_and_agrees_with_jsonl(fitted, 
     assert lines[:-1] == [*rows[0]["hyp"], "", *rows[1]["hyp"]]
 
 
+@pytest.mark.fit
 def test_contrastive_accuracy_on_the_synthetic_suite(fitted, workdir):
     _, run_dir = fitted
     suite = workdir / "suite.jsonl"
@@ -156,6 +162,7 @@ def _unknown_config_key(workdir: Path, checkpoint: str) -> tuple[list[Any], str]
     return ["fit", config, "--profile", "tiny"], f"{config}:{line}"
 
 
+@pytest.mark.fit
 @pytest.mark.parametrize("case", [_missing_checkpoint, _malformed_jsonl, _unknown_corpus,
                                   _unknown_config_key])
 def test_bad_input_exits_2_with_one_line_naming_the_culprit(case, fitted, workdir):
@@ -193,6 +200,7 @@ def model_weights(checkpoint: str) -> dict[str, torch.Tensor]:
     return {k.removeprefix("model."): v for k, v in state.items()}
 
 
+@pytest.mark.fit
 def test_two_stage_schedule_trains_theta_d_and_keeps_theta_s_bit_identical(two_stage):
     stages = read_json(two_stage["run_dir"] / "run.json")["stages"]
     assert list(stages) == ["s1", "s2"]
@@ -206,6 +214,7 @@ def test_two_stage_schedule_trains_theta_d_and_keeps_theta_s_bit_identical(two_s
     assert changed == theta_d  # every theta_d tensor was trained
 
 
+@pytest.mark.fit
 def test_a_trainable_glob_matching_nothing_fails_before_training(two_stage, workdir):
     config = write_config(workdir / "no_match.yaml",
                           TWO_STAGE.format(trainable='["context_encoder.*", "nothing.*"]'))

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from lightning_docmt.config.schema import DataConfig, VocabConfig
 from lightning_docmt.data import prepare as prepare_module
@@ -95,6 +96,7 @@ def _slow_build(args):
     return (Path(final) / "payload").read_text()
 
 
+@pytest.mark.subprocess
 def test_concurrent_builders_build_once_and_see_a_complete_entry(tmp_path):
     final, log = tmp_path / "entry", tmp_path / "log"
     with multiprocessing.get_context("fork").Pool(3) as pool:

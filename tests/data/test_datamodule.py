@@ -53,7 +53,7 @@ def test_prepare_reports_counts_per_split(spec, tmp_path):
     assert stats["vocab"]["joint"] and stats["vocab"]["src_size"] <= 90
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.subprocess)])  # 2: loader processes
 def test_end_to_end_batches_cover_the_splits(spec, tmp_path, workers):
     data, vocab = configs(spec, tmp_path, max_len=12, num_workers=workers)
     dm = DocumentWindowDataModule(data, vocab, CONTEXT)
@@ -158,6 +158,7 @@ class _RecordingModule(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+@pytest.mark.fit
 @pytest.mark.parametrize("workers,stop", [(0, "step"), (2, "step"), (2, "epoch")])
 def test_lightning_resume_sees_exactly_the_uninterrupted_batches(spec, tmp_path, workers, stop):
     data, vocab = configs(spec, tmp_path, max_tokens=120, num_workers=workers)

@@ -105,6 +105,8 @@ def epochs(record: dict[str, Any]) -> dict[int, list[list[int]]]:
     return out
 
 
+@pytest.mark.fit
+@pytest.mark.subprocess
 def test_both_ranks_trained_the_same_number_of_batches(ddp_run):
     assert [r["rank"] for r in ddp_run.records] == list(range(WORLD))
     assert all(r["world_size"] == WORLD for r in ddp_run.records)
@@ -115,6 +117,8 @@ def test_both_ranks_trained_the_same_number_of_batches(ddp_run):
         assert counts[0] > 0 and len(set(counts)) == 1, counts
 
 
+@pytest.mark.fit
+@pytest.mark.subprocess
 def test_each_epoch_shows_every_training_sentence_once_across_ranks(ddp_run):
     n_train = sentence_count("train")
     for epoch in (0, 1):
@@ -124,6 +128,8 @@ def test_each_epoch_shows_every_training_sentence_once_across_ranks(ddp_run):
         assert sorted(shards[0] + shards[1]) == list(range(n_train))
 
 
+@pytest.mark.fit
+@pytest.mark.subprocess
 def test_final_weights_are_identical_across_ranks_and_trained(ddp_run):
     initial, final = ddp_run.initial, ddp_run.final
     assert initial[0].keys() == final[0].keys() == final[1].keys()
@@ -133,6 +139,8 @@ def test_final_weights_are_identical_across_ranks_and_trained(ddp_run):
     assert changed, "training did not change any weight"
 
 
+@pytest.mark.fit
+@pytest.mark.subprocess
 def test_validation_bleu_is_scored_once_on_the_gathered_validation_set(ddp_run):
     n_valid = sentence_count("valid")
     validations = [r["validations"] for r in ddp_run.records]
@@ -148,6 +156,8 @@ def test_validation_bleu_is_scored_once_on_the_gathered_validation_set(ddp_run):
     assert logged == pytest.approx([v["bleu"] for v in validations[0]])
 
 
+@pytest.mark.fit
+@pytest.mark.subprocess
 def test_one_run_directory_holds_the_test_of_every_test_sentence(ddp_run):
     run_dirs = list((ddp_run.runs_dir / "runs").iterdir())
     assert len(run_dirs) == 1  # every rank works in the directory rank zero chose
@@ -158,6 +168,8 @@ def test_one_run_directory_holds_the_test_of_every_test_sentence(ddp_run):
     assert lines[-1] == "" and len(lines) - 1 == sentence_count("test")
 
 
+@pytest.mark.fit
+@pytest.mark.subprocess
 def test_a_frozen_stage_keeps_frozen_weights_and_the_ranks_in_step(ddp_run):
     """Frozen before DDP wraps the model: bit-identical to stage `main` on both ranks. Unfrozen at a
     milestone after the wrap: trained, and identical on both ranks (their gradients are all-reduced
@@ -209,6 +221,8 @@ def ddp_update(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     return request.param, [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
 
 
+@pytest.mark.fit
+@pytest.mark.subprocess
 def test_the_ddp_gradient_is_the_single_process_gradient_of_the_union_batch(ddp_update, hook_archs):
     """The ranks' batches hold 9 and 26 target tokens: dividing each rank's loss by its own tokens
     (and DDP averaging) would weigh rank 0's tokens about 3x; the global count does not."""

@@ -15,6 +15,8 @@ from tests.helpers.paths import DDP_SCRIPTS, REPO
 from tests.helpers.run_checks import assert_test_bleu_rescores
 from tests.helpers.run_env import LAUNCH_VARIABLES
 
+pytestmark = [pytest.mark.fit, pytest.mark.subprocess]
+
 DOCMT = Path(sys.executable).parent / "docmt"
 README_DDP = ["fit", str(REPO / "experiments" / "demo.yaml"), "--row", "transformer", "--profile", "tiny",
               "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"]

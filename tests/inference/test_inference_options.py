@@ -25,6 +25,8 @@ from lightning_docmt.inference.translate import load_checkpoint, translate_docum
 from tests.helpers.cli_run import docmt, run_dir_of
 from tests.helpers.run_env import single_process_run_env
 
+pytestmark = pytest.mark.fit
+
 CORPUS = "synthetic:tiny"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -33,6 +34,7 @@ def _rank(rank: int, init_file: str, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.subprocess
 def test_every_rank_gets_every_rank_s_translations(tmp_path):
     mp.start_processes(_rank, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2, start_method="spawn")
     expected = [[7, 8], [5], [9], [4, 4, 4], [6, 6], []]

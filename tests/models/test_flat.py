@@ -378,6 +378,7 @@ def test_bad_settings_and_missing_context_are_reported():
 # A tiny fit through `docmt fit`, then beam search from the checkpoint
 
 
+@pytest.mark.fit
 def test_a_tiny_fit_trains_tests_and_translates(tmp_path, monkeypatch):
     config = tmp_path / "flat.yaml"
     config.write_text(f"data:\n  corpus: synthetic:tiny\n  cache_dir: {tmp_path / 'cache'}\n"

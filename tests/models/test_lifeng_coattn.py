@@ -352,6 +352,7 @@ def cross_trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"full": full, "resumed": resumed, "fit": fit}
 
 
+@pytest.mark.fit
 def test_each_group_is_bit_identical_while_the_other_trains(cross_trained):
     full = cross_trained["full"]
     assert [full.steps[s]["phase"] for s in range(STEPS)] == EXPECTED_PHASES
@@ -362,6 +363,7 @@ def test_each_group_is_bit_identical_while_the_other_trains(cross_trained):
         assert changed == {EXPECTED_PHASES[step]}, step
 
 
+@pytest.mark.fit
 def test_a_fit_resumed_inside_a_selector_phase_continues_it_with_the_same_frozen_set(cross_trained):
     full, resumed = cross_trained["full"], cross_trained["resumed"]
     assert resumed.steps[RESUME_AT]["phase"] == SELECTOR_PHASE == EXPECTED_PHASES[RESUME_AT - 1]
@@ -376,6 +378,7 @@ def test_the_trainer_lets_ddp_skip_the_frozen_groups_parameters(tmp_path):
     assert trainer.strategy._ddp_kwargs.get("find_unused_parameters") is True
 
 
+@pytest.mark.fit
 def test_docmt_fit_pretrains_then_cross_trains_and_explains_the_selection(tmp_path, monkeypatch):
     """`sent` (a Transformer, Eq. 32) then `coattn` from it; the selector's figures land in the
     stage's metrics.csv; `docmt translate --explain` prints the kept context tokens per sentence."""

@@ -352,6 +352,7 @@ def baseline_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "run" / "checkpoints" / "last.ckpt"
 
 
+@pytest.mark.fit
 @pytest.mark.parametrize("variant,encoder_sides", [
     (["model.context=shared", "context.side=mix"], set()),
     (["model.context=separated", "context.side=target", "context.prev_sentences=1"], {"target"})])
@@ -510,6 +511,7 @@ def test_contrastive_scoring_walks_each_candidate_document_in_order(tmp_path, si
     assert same(together[4], together[0])
 
 
+@pytest.mark.fit
 def test_a_shared_models_context_usage_is_scored_by_its_document_order_test_loop(tmp_path, monkeypatch):
     """CXMI of a carrying model: the test loop's NLL with no carried state and with another
     document's, against its NLL with its own (`training/carried_context.py`); its random-context
@@ -568,6 +570,7 @@ def test_the_random_context_control_of_a_carried_state_reads_another_collections
     assert other_documents(model, alone, groups)[0] is initial  # no other document in the batch: no context
 
 
+@pytest.mark.fit
 def test_a_shared_models_checkpoint_loads_safely_and_resumes_its_carried_state(tmp_path):
     """The carried state travels in checkpoints as plain containers (the safe loader refuses any
     class), and a resumed fit hands the model its own structure again."""

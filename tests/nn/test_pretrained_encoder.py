@@ -284,6 +284,7 @@ def test_batches_carry_the_wordpiece_ids_of_the_text(corpus, hf_tokenizer, vocab
             assert vocab.tokenizer_ids(nxt) == hf_tokenizer(texts[i + 1], add_special_tokens=False).input_ids
 
 
+@pytest.mark.fit
 @pytest.mark.parametrize("arch", ["flat", "zhang_doc"])
 def test_a_tiny_fit_fine_tunes_the_pretrained_encoder_and_decodes(arch, corpus, minilm_dir, monkeypatch):
     monkeypatch.chdir(corpus)
@@ -308,6 +309,7 @@ def test_a_tiny_fit_fine_tunes_the_pretrained_encoder_and_decodes(arch, corpus, 
         assert row["doc_id"] == "d" and len(row["hyp"]) == len(SENTENCES)
 
 
+@pytest.mark.fit
 def test_the_pretrained_tensors_train_at_their_own_lr_with_a_scale(corpus, minilm_dir, monkeypatch):
     """Reading F15: `model.pretrained_lr_scale` puts exactly the tensors the checkpoint filled into
     an optimizer group of their own at the stage's lr times the scale."""

@@ -112,6 +112,7 @@ def test_the_lightning_check_sees_a_lightning_import():
     assert not imports_lightning(files[f"{PACKAGE}.models.zhang_doc"])
 
 
+@pytest.mark.subprocess
 def test_importing_a_model_file_does_not_import_lightning():
     code = ("import sys, lightning_docmt.models.zhang_doc, lightning_docmt.registry as r; "
             "r.import_all_archs(); print(sorted(r.ARCHS)); "

@@ -95,6 +95,7 @@ def test_superseded_tables_are_explained_and_never_mixed_into_their_successors()
                 assert (new_run / "config.yaml").read_text() != (old_run / "config.yaml").read_text(), new_run
 
 
+@pytest.mark.subprocess
 def test_no_checkpoint_is_committed():
     tracked = subprocess.run(["git", "ls-files", str(ARCHIVE)], cwd=REPO, check=True,
                              capture_output=True, text=True).stdout.split()

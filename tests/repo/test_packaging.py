@@ -14,6 +14,8 @@ import pytest
 from tests.helpers.experiment_files import EXPERIMENTS, experiment_files
 from tests.helpers.paths import REPO
 
+pytestmark = pytest.mark.subprocess
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:

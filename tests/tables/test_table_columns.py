@@ -104,6 +104,7 @@ def test_a_selection_table_shows_nothing_measured_on_test(tmp_path, changes, mat
         load_table(write_table(tmp_path, **{"evaluate": "valid", **changes}))
 
 
+@pytest.mark.fit
 def test_a_selection_row_trains_and_reports_its_validation_curve_without_touching_test(tmp_path):
     """Also the corpus' own contrastive suite, scored on the valid split's items (`val/contrastive/...`)."""
     table = write_table(tmp_path, evaluate="valid",
@@ -140,6 +141,7 @@ def test_scoring_on_valid_refuses_a_test_suite_naming_the_key(tmp_path, entry):
     assert "key 'eval.contrastive'" in str(err.value)
 
 
+@pytest.mark.fit
 def test_a_selection_row_that_never_validates_reports_its_last_checkpoints_suite(tmp_path):
     """Without a validation during training the stage hands on its last step: no val/bleu, but the
     valid split's suite of that checkpoint."""

@@ -344,6 +344,7 @@ def test_wandb_failure_never_stops_the_table(table_file, tmp_path, monkeypatch, 
     assert "wandb init failed (RuntimeError: no wandb today)" in caplog.text
 
 
+@pytest.mark.subprocess
 def test_wandb_offline_logs_the_table_run(table_file, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

@@ -61,6 +61,7 @@ def check_each_sentence_received_its_predecessors_state(sentences: list[Sentence
     return carried
 
 
+@pytest.mark.fit
 def test_each_sentence_receives_its_predecessors_state_or_the_reset_value(carried):
     sentences = carried["sentences"]
     training = [s for s in sentences if s.training]
@@ -74,6 +75,7 @@ def test_each_sentence_receives_its_predecessors_state_or_the_reset_value(carrie
     assert [s.pos > 0 for s in after_evaluation] == [False, True]
 
 
+@pytest.mark.fit
 def test_rows_move_between_batches_so_the_state_is_keyed_by_document(carried):
     """Evaluation batches hold consecutive documents in corpus order, and a document that ended
     drops out: a sentence's predecessor sat in another row of the previous batch. (Training rows
@@ -86,6 +88,7 @@ def test_rows_move_between_batches_so_the_state_is_keyed_by_document(carried):
     assert moved[False] > 0 and moved[True] == 0
 
 
+@pytest.mark.fit
 def test_a_resumed_fit_continues_with_the_carried_state_to_the_same_weights(carried):
     full, resumed = carried["full"], carried["resumed"]
     first = carried["resumed_sentences"][0]
@@ -96,6 +99,7 @@ def test_a_resumed_fit_continues_with_the_carried_state_to_the_same_weights(carr
     assert all(torch.allclose(resumed.end[k], full.end[k], atol=1e-6, rtol=0) for k in full.end)
 
 
+@pytest.mark.fit
 def test_an_exact_mid_epoch_resume_is_not_called_unreliable(carried):
     """Lightning's warning looks only at the DataLoader object; the resume above is exact."""
     assert not [m for m in carried["resumed_warnings"] if MID_EPOCH_RESUME_WARNING in m]

@@ -81,6 +81,7 @@ def test_unknown_schedule_rejected():
         lr_lambda(schedule="cosine", lr=1.0, warmup=1, d_model=8)
 
 
+@pytest.mark.fit
 def test_a_stage_trains_on_its_own_optim_overrides_and_decays_to_zero(tmp_path):
     from tests.helpers.stage_fits import StepRecorder, fit_stage, tiny_config
 

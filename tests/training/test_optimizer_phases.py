@@ -37,6 +37,7 @@ def phased(tmp_path_factory: pytest.TempPathFactory, hook_archs) -> dict[str, An
     return {"full": full, "fit": fit, "resumed": resumed, "resumed_fit": resumed_fit}
 
 
+@pytest.mark.fit
 def test_the_phases_take_turns_and_each_update_changes_only_its_parameters(phased):
     full = phased["full"]
     assert [full.steps[s]["phase"] for s in range(STEPS)] == EXPECTED_PHASES
@@ -50,6 +51,7 @@ def test_the_phases_take_turns_and_each_update_changes_only_its_parameters(phase
         assert full.steps[step]["no_gradients"], step  # nothing leaks into the next update
 
 
+@pytest.mark.fit
 def test_each_optimizer_holds_exactly_its_phases_trainable_parameters(phased):
     module = phased["fit"].module
     names = [n for n, _ in module.model.named_parameters()]
@@ -61,6 +63,7 @@ def test_each_optimizer_holds_exactly_its_phases_trainable_parameters(phased):
     assert trainable == sorted(expected[0] + expected[1])  # the embeddings are frozen by the stage
 
 
+@pytest.mark.fit
 def test_each_phase_clips_its_own_gradients(phased):
     norms = [(s["norm_before_clip"], s["norm_after_clip"]) for s in phased["full"].steps.values()]
     assert all(after <= CLIP * (1 + 1e-5) for _, after in norms)
@@ -76,6 +79,7 @@ def test_the_trainer_clips_only_under_automatic_optimisation(tmp_path, hook_arch
     assert trainer.gradient_clip_val == (CLIP if trainer_clips else None)
 
 
+@pytest.mark.fit
 def test_a_fit_resumed_mid_phase_continues_in_that_phase_to_the_same_weights(phased):
     full, resumed = phased["full"], phased["resumed"]
     assert sorted(resumed.steps) == list(range(RESUME_AT, STEPS))

@@ -77,6 +77,8 @@ def uninterrupted(tmp_path_factory) -> tuple[dict[str, torch.Tensor], int]:
     return final_weights(Path(done.stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.fit
+@pytest.mark.subprocess
 def test_a_killed_fit_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, uninterrupted):
     workdir = tmp_path / "killed"
     config = write_run_config(workdir)
@@ -122,6 +124,8 @@ def test_a_resumed_averaging_window_whose_snapshots_are_gone_is_an_error(tmp_pat
                                                   "path": str(tmp_path / "step000000020.pt")}]})
 
 
+@pytest.mark.fit
+@pytest.mark.subprocess
 def test_resume_takes_only_a_run_directory(tmp_path):
     done = subprocess.run([str(DOCMT), "fit", "--resume", str(tmp_path), "train.max_steps=3"], cwd=tmp_path,
                           env=environment(), capture_output=True, text=True, timeout=120)

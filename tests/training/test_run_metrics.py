@@ -55,6 +55,7 @@ def fitted(root: Path) -> dict:
             "metrics": json.loads((run_dir / "metrics.json").read_text())}
 
 
+@pytest.mark.fit
 def test_single_suite_metrics_are_the_contrastive_command_figures(fitted):
     expected = evaluate_suite(load_checkpoint(fitted["record"]["checkpoint"]),
                               synthetic.contrastive_suite(NAME))
@@ -70,6 +71,7 @@ def test_single_suite_metrics_are_the_contrastive_command_figures(fitted):
                               for k, v in chance_rates(synthetic.contrastive_suite(NAME)).items()}}
 
 
+@pytest.mark.fit
 def test_train_speed_is_the_logged_target_tokens_over_the_training_seconds(fitted):
     stored = torch.load(fitted["record"]["checkpoint"], weights_only=False)[TRAIN_SPEED_KEY]
     with open(fitted["run_dir"] / "main" / "metrics.csv", newline="") as f:
@@ -81,6 +83,7 @@ def test_train_speed_is_the_logged_target_tokens_over_the_training_seconds(fitte
         stored["target_tokens"] / stored["seconds"])
 
 
+@pytest.mark.fit
 def test_a_reused_stage_reports_its_stored_speed_and_suites_do_not_change_its_key(fitted, root):
     run_dir = train.fit_run(compose(root))  # the same stage, without contrastive suites
     stages = json.loads((run_dir / "run.json").read_text())["stages"]
@@ -90,6 +93,7 @@ def test_a_reused_stage_reports_its_stored_speed_and_suites_do_not_change_its_ke
     assert not [k for k in metrics if k.startswith("contrastive/")]
 
 
+@pytest.mark.fit
 def test_several_suites_are_named_by_their_stem(fitted, root):
     other = root / "other.jsonl"
     synthetic.write_contrastive_suite("tiny?test_docs=3&seed=2", other)
@@ -102,6 +106,7 @@ def test_several_suites_are_named_by_their_stem(fitted, root):
     assert "contrastive/other/sense" in scores
 
 
+@pytest.mark.fit
 def test_a_published_suite_by_name_is_scored_beside_its_chance_rates(fitted, root):
     cfg = compose(root, "eval.contrastive=[corpus,discevalmt]", f"eval.suites_dir={SUITES}")
     scores = train.test_checkpoint(cfg, Path(fitted["record"]["checkpoint"]), root / "named")
@@ -112,6 +117,7 @@ def test_a_published_suite_by_name_is_scored_beside_its_chance_rates(fitted, roo
     assert scores["contrastive/corpus/accuracy"] == fitted["metrics"]["contrastive/accuracy"]
 
 
+@pytest.mark.fit
 def test_the_contrastive_command_prints_the_rates_beside_the_accuracy(fitted):
     outcome = docmt("contrastive", "--ckpt", fitted["record"]["checkpoint"], "--suite", "discevalmt",
                     "--suites-dir", SUITES)
@@ -119,6 +125,7 @@ def test_the_contrastive_command_prints_the_rates_beside_the_accuracy(fitted):
     assert "on 400 examples (chance 0.5000, majority 0.5000; with another example's context" in outcome.out
 
 
+@pytest.mark.fit
 def test_decode_speed_is_test_sentences_over_beam_search_seconds(fitted, root, monkeypatch):
     delay = 0.05  # seconds per sentence added to beam search: at most 1 / delay sentences per s
     translate = DocMTModule.translate_batch

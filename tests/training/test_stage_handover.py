@@ -31,6 +31,7 @@ TWO_STAGES = ["model.arch=zhang_doc", "context.prev_sentences=1", f"train.max_st
               "train.schedule=[s1,s2]"]
 
 
+@pytest.mark.fit
 def test_the_next_stage_continues_from_the_step_of_the_checkpoint_it_starts_from(tmp_path, monkeypatch):
     read = train.read_checkpoint
 
@@ -72,6 +73,7 @@ def test_a_stage_that_trains_new_parameters_may_not_continue_a_linear_decay_from
     train.check_stages(no_new)  # further training of the same parameters may run on the tail
 
 
+@pytest.mark.fit
 def test_done_json_records_the_lr_each_stage_trained_at(tmp_path):
     """A stage with a schedule of its own: 3 updates of a linear decay after 1 warm-up update
     train at lr, lr / 2 and 0; `done.json` records what the optimizer applied."""
@@ -91,6 +93,7 @@ def test_done_json_records_the_lr_each_stage_trained_at(tmp_path):
     assert first["lr"][0]["updates"] == STEPS
 
 
+@pytest.mark.fit
 def test_a_stage_that_adds_parameters_records_how_much_they_disturb_its_start(tmp_path):
     """The valid NLL of the stage-1 checkpoint (as its own last validation logged it) and of the
     stage-2 model before its first update, with theta_d fresh: `initial_damage` is the difference."""

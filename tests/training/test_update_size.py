@@ -76,6 +76,7 @@ def test_the_cpu_and_tiny_profiles_switch_the_paper_batch_off_and_the_paper_prof
     assert (tokens("paper"), tokens("cpu"), tokens("tiny")) == (24000, None, None)
 
 
+@pytest.mark.fit
 def test_accumulated_batches_give_the_per_token_gradient_of_their_union():
     tokens = [int(b["tgt_out"].ne(PAD_ID).sum()) for b in RANK_BATCHES]
     assert tokens == [9, 26]
@@ -105,6 +106,7 @@ def test_accumulated_batches_give_the_per_token_gradient_of_their_union():
         assert torch.allclose(recorded[name], grad, rtol=0, atol=1e-6), name
 
 
+@pytest.mark.fit
 def test_a_fit_with_accumulation_validates_every_val_every_steps_updates(tmp_path: Path):
     """Tiny profile, 1,024 budget tokens per batch: 2,048 per update accumulates 2 batches. Lightning
     counts the validation interval in batches; it must still come every 2 updates."""
