@@ -3,6 +3,7 @@ package (no generic top-level `callbacks` package), and `docmt demo` / `docmt be
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -45,22 +46,24 @@ def test_the_wheel_ships_callbacks_experiments_and_benchmarks_inside_the_package
 
 def test_an_installed_docmt_runs_a_benchmark_from_the_package(wheel, tmp_path):
     """A fresh venv that sees the dependencies but not this checkout, with the wheel installed."""
+    installed = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # it may hold the checkout
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120,
+                   env=installed)
     python = venv / "bin" / "python"
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+                          env=installed, check=True, capture_output=True, text=True).stdout.strip()
     # the dependencies only: a path line in a .pth file does not run the editable install's finder
     Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    str(wheel)], check=True, capture_output=True, timeout=300)
+                    str(wheel)], env=installed, check=True, capture_output=True, timeout=300)
     work = tmp_path / "work"
     work.mkdir()
     where = subprocess.run([python, "-c", "from lightning_docmt.cli import commands, demo; "
                             "print(demo.DEMO_TABLE); print(commands.BENCHMARKS)"],
-                           cwd=work, check=True, capture_output=True, text=True).stdout.split()
+                           cwd=work, env=installed, check=True, capture_output=True, text=True).stdout.split()
     assert all(Path(p).exists() and Path(p).is_relative_to(site) for p in where), where
     done = subprocess.run([venv / "bin" / "docmt", "bench", "--only", "data_scale", "--smoke"],
-                          cwd=work, capture_output=True, text=True, timeout=300)
+                          cwd=work, env=installed, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (work / ".cache" / "bench-data").is_dir()  # written where the user is, not into the install
