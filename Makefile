@@ -13,12 +13,12 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
 # The suite runs on one pytest-xdist worker per core (training tests use one torch thread each, see
-# tests/run_env.py), and prints its 15 slowest tests so that CI shows where its time goes.
+# tests/helpers/run_env.py), and prints its 15 slowest tests so that CI shows where its time goes.
 # `make test TEST_WORKERS=0` runs it in one process.
 TEST_WORKERS ?= auto
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --durations=15
 
-.PHONY: demo test test-fast bench setup clean
+.PHONY: demo test test-fast lint bench setup clean
 
 setup: $(STAMP)
 
@@ -36,8 +36,18 @@ demo: $(STAMP)
 test: $(STAMP)
 	WANDB_MODE=disabled $(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
+# `make test-fast` leaves out every test that trains a model or starts a process (markers `slow`, `fit`
+# and `subprocess`, pyproject.toml): a few minutes on 2 cores, for the edit-test loop; `make test` runs all.
+FAST := not slow and not fit and not subprocess
 test-fast: $(STAMP)
-	WANDB_MODE=disabled $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
+	WANDB_MODE=disabled $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "$(FAST)"
+
+# Style: ruff (pinned in requirements.lock, configured in pyproject.toml) over every Python file of
+# the repository (lightning_docmt/, callbacks/, benchmarks/, tests/). `make test` does not depend on
+# it, so that tests run on work in progress; CI (.ci/run) runs both, the tests even when lint fails,
+# and fails if either does.
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 bench: $(STAMP)
 	$(BIN)/docmt bench

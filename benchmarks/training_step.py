@@ -32,14 +32,14 @@ if (REPO / "lightning_docmt").is_dir():  # a source checkout run without install
 import torch  # noqa: E402
 from torch.nn.attention import SDPBackend  # noqa: E402
 
-from lightning_docmt.inference import decoding  # noqa: E402
-from lightning_docmt.config.composition import compose  # noqa: E402
 from lightning_docmt.batch import PAD_ID  # noqa: E402
+from lightning_docmt.config.composition import compose  # noqa: E402
 from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
-from lightning_docmt.nn.reference_loss import label_smoothed_nll  # noqa: E402
+from lightning_docmt.inference import decoding  # noqa: E402
 from lightning_docmt.nn import attention  # noqa: E402
-from lightning_docmt.training.trainer import resolve_precision  # noqa: E402
+from lightning_docmt.nn.reference_loss import label_smoothed_nll  # noqa: E402
 from lightning_docmt.training.run import build_module  # noqa: E402
+from lightning_docmt.training.trainer import resolve_precision  # noqa: E402
 
 KERNELS = {"math": [SDPBackend.MATH], "flash": [SDPBackend.FLASH_ATTENTION]}
 # (name, fused loss, attention kernel); the first is the implementation before both changes

@@ -39,12 +39,12 @@ if (REPO / "lightning_docmt").is_dir():  # a source checkout run without install
     sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing  # noqa: E402
 
-from lightning_docmt.inference import decoding  # noqa: E402
-from lightning_docmt.config.composition import compose  # noqa: E402
 from lightning_docmt.batch import EOS_ID, PAD_ID  # noqa: E402
+from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing  # noqa: E402
+from lightning_docmt.config.composition import compose  # noqa: E402
 from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
+from lightning_docmt.inference import decoding  # noqa: E402
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS  # noqa: E402
 from lightning_docmt.training.run import build_module  # noqa: E402
 
@@ -235,7 +235,8 @@ def print_report(report: dict) -> None:
           f"sentences, beam {setup['beam']} | zhang trains {setup['zhang_trainable']} | median of "
           f"{setup['repeats']} (min-max)")
     columns = ("train_tokens_per_s", "decode_sents_per_s", "decode_tokens_per_s")
-    print(f"{'model':>12} | {'train tgt tok/s':>22} | {'decode sent/s':>20} | {'decode tok/s':>22} | paper train / decode")
+    print(f"{'model':>12} | {'train tgt tok/s':>22} | {'decode sent/s':>20} | {'decode tok/s':>22} "
+          "| paper train / decode")
     for arch in ARCHS:
         cells = []
         for key in columns:

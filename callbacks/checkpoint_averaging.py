@@ -1,6 +1,7 @@
 """Checkpoint averaging (docs/design.md section 7): a pure function, a callback, and `docmt average`.
 
-"Diverse Pretrained Context Encodings Improve Document Translation" (docs/papers/pretrained_context.md section 4, trap 21)
+"Diverse Pretrained Context Encodings Improve Document Translation" (docs/papers/pretrained_context.md
+section 4, trap 21)
 averages the 10 contiguous checkpoints with the best mean validation BLEU, once before a stage-1
 Transformer bootstraps the document models and once before reporting. `CheckpointAveraging` applies
 that rule (`rule: best_contiguous`) or the last N (`rule: last`) at the end of every stage

@@ -12,8 +12,8 @@ that only global rank zero writes, while every rank still trains. Every rank sha
 from __future__ import annotations
 
 import os
-from typing import Any
 import sys
+from typing import Any
 
 import torch
 

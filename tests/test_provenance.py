@@ -12,10 +12,9 @@ import torch
 
 from lightning_docmt import provenance
 from lightning_docmt.config.composition import compose
-from lightning_docmt.training import run as train
 from lightning_docmt.errors import DocMTInputError
-from tests.cli_run import docmt, run_dir_of
-from tests.test_end_to_end import FIT_SETTINGS, read_json, workdir, write_config  # noqa: F401
+from lightning_docmt.training import run as train
+from tests.helpers.cli_run import FIT_SETTINGS, docmt, read_json, run_dir_of, write_config
 
 
 def key_of(cfg) -> str:
@@ -72,6 +71,7 @@ def test_a_rank_whose_code_differs_from_rank_zeros_stops(monkeypatch, tmp_path):
         fingerprint()
 
 
+@pytest.mark.fit
 def test_metrics_record_the_code_versions_and_resolved_settings(workdir):
     config = write_config(workdir / "provenance.yaml", FIT_SETTINGS.replace("20", "4"))
     metrics = read_json(run_dir_of(docmt("fit", config, "--profile", "tiny")) / "metrics.json")
@@ -83,6 +83,7 @@ def test_metrics_record_the_code_versions_and_resolved_settings(workdir):
     assert env["git"] == provenance.git_state() != ""
 
 
+@pytest.mark.fit
 def test_a_finished_row_of_other_code_is_reported_when_reused(workdir, capsys):
     table = workdir / "prov_table.yaml"
     table.write_text(f"id: prov\ntitle: provenance\nmetrics: [test/bleu]\n"

@@ -14,7 +14,9 @@ import torch
 
 from lightning_docmt.checkpoints import read_checkpoint
 from lightning_docmt.data.synthetic import write_contrastive_suite
-from tests.test_end_to_end import FIT_SETTINGS, docmt, read_json, run_dir_of, workdir, write_config  # noqa: F401
+from tests.helpers.cli_run import FIT_SETTINGS, docmt, read_json, run_dir_of, write_config
+
+pytestmark = pytest.mark.fit
 
 COMMANDS = ("translate", "contrastive", "test", "average")
 
@@ -62,6 +64,7 @@ def assert_one_error_line(code: int, stderr: str, *needles: str) -> None:
     assert all(n in lines[0] for n in needles), lines[0]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_checkpoint_that_would_run_code_is_refused_without_running_it(run, workdir, command):
     marker = workdir / f"ran-{command}"

@@ -44,8 +44,8 @@ def fit_command(args: argparse.Namespace) -> int:
     A table row is written where `docmt table` looks for it (`results/<table>/<row>/seed<S>/`), so
     rows launched one by one (e.g. from `docmt table --dry-run` on a cluster) fill the same table.
     """
-    from lightning_docmt.tables import runner as tables
     from lightning_docmt.distributed import is_global_zero
+    from lightning_docmt.tables import runner as tables
     from lightning_docmt.tables.spec import compose_file, load_table
     from lightning_docmt.training.run import fit_run
 
@@ -170,9 +170,9 @@ def table_command(args: argparse.Namespace) -> int:
 
 def translate_command(args: argparse.Namespace) -> int:
     from lightning_docmt.inference.device import inference_device
+    from lightning_docmt.inference.documents_io import read_input, write_output
     from lightning_docmt.inference.loaded_model import load_checkpoint
     from lightning_docmt.inference.translate import translate_documents
-    from lightning_docmt.inference.documents_io import read_input, write_output
 
     model = load_checkpoint(args.ckpt, inference_device(args.device))
     source = Path(args.input)

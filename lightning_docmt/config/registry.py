@@ -21,8 +21,8 @@ from typing import Any, Callable, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.schema import ModelConfig
+from lightning_docmt.errors import DocMTInputError
 
 ModelT = TypeVar("ModelT", bound=type)
 

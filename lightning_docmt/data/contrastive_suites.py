@@ -8,10 +8,11 @@ One example per line:
 `src` is the current source sentence; `src_context`/`tgt_context` the previous sentences of the
 document, oldest first, source and reference target aligned (equal lengths), or one side empty when
 a suite gives only the other (many public suites give source context only: a model reading the
-empty side reads empty sentences there); empty lists when there is no context; `candidates` the target sentences to score (at least two, all different), `candidates[label]`
-the correct one. A model scores each candidate by its log-probability given the source and context.
+empty side reads empty sentences there); empty lists when there is no context; `candidates` the
+target sentences to score (at least two, all different), `candidates[label]` the correct one. A
+model scores each candidate by its log-probability given the source and context.
 
-Converters from the published suites (files as distributed, see /work/shared/data/contrastive):
+Converters from the published suites (files as distributed, see ../shared/data/contrastive):
 
 - ContraPro (Müller et al. 2018, en-de): `contrapro.{text,context}.{en,de}` and `sentence_groups.txt`
   (0-based start line of each example, reference first). Phenomenon `pronoun_er|sie|es`: the German

@@ -27,6 +27,7 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
+from lightning_docmt.config.schema import ContextConfig, DataConfig, VocabConfig
 from lightning_docmt.data.cache import BinarizedSplit, load_cache
 from lightning_docmt.data.collate import WindowDataset, row_lengths
 from lightning_docmt.data.doc_sampler import DocumentOrderBatchSampler
@@ -35,7 +36,6 @@ from lightning_docmt.data.sampler import ShardedBatchSampler, TokenBudgetBatchSa
 from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
 from lightning_docmt.data.vocab import Vocabulary, load_vocabularies
 from lightning_docmt.data.windows import WindowSpec
-from lightning_docmt.config.schema import ContextConfig, DataConfig, VocabConfig
 
 
 class DocumentWindowDataModule(pl.LightningDataModule):

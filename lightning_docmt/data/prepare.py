@@ -21,16 +21,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
+from lightning_docmt.config.schema import DataConfig, VocabConfig
 from lightning_docmt.data.cache import CACHE_FORMAT, LengthFilter, build_cache
 from lightning_docmt.data.cachedir import build_once, content_key
 from lightning_docmt.data.corpora import read_corpus
+from lightning_docmt.data.languages import character_coverages
 from lightning_docmt.data.splits import SplitSource, split_sources
 from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
 from lightning_docmt.data.types import Corpus, Document
-from lightning_docmt.data.languages import character_coverages
 from lightning_docmt.data.vocab import build_vocabularies, load_vocabularies, vocab_dir
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.config.schema import DataConfig, VocabConfig
 
 STAT_KEYS = ("documents", "sentences", "src_tokens", "tgt_tokens", "src_subwords", "tgt_subwords",
              "filtered", "targets")

@@ -16,11 +16,10 @@ import math
 import random
 from dataclasses import dataclass
 
+from lightning_docmt.config.schema import DataConfig
 from lightning_docmt.data.corpora import corpus_fingerprint
 from lightning_docmt.data.types import SPLITS, Corpus, Document
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.config.schema import DataConfig
-
 
 DRAWS = ("first", "random")
 

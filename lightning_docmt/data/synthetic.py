@@ -19,7 +19,7 @@ its noun in the target, and for two context-dependent words:
   disambiguates a word within its sentence; those are decidable without context and are not items.
   A sentence-level model learns from them which cues select which sense, which a frozen sentence
   model needs before a context model on top of it can use a cue read from the context (Zhang et al.
-  2018's two-step training; tests/test_learning.py). The pronoun phenomenon has its in-sentence
+  2018's two-step training; tests/learning/test_learning.py). The pronoun phenomenon has its in-sentence
   analogue built in: the article `le|la` agrees with the noun in the introduction sentence.
 
 Sentences are 5-12 tokens: `[then] SUBJECT VERB [very] ADV (TIME | near CUE) [and VERB ADV] .`, with

@@ -26,9 +26,9 @@ from typing import Optional
 import numpy as np
 
 from lightning_docmt.batch import EOS_ID, SEP_ID
+from lightning_docmt.config.schema import ContextConfig
 from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.config.schema import ContextConfig
 
 CONTEXT_SIDES = ("source", "target", "mix")
 

@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 import torch
 
-from lightning_docmt.nn.seq2seq import Seq2SeqModel, select_rows
 from lightning_docmt.nn.model_hooks import CARRY_KEY
+from lightning_docmt.nn.seq2seq import Seq2SeqModel, select_rows
 
 Record = tuple[int, int, str]  # (sent_index, doc_index, hypothesis)
 

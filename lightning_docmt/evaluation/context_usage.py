@@ -48,16 +48,22 @@ import torch
 from lightning_docmt.batch import PAD_ID
 from lightning_docmt.data.cache import BinarizedSplit
 from lightning_docmt.data.collate import collate, row_lengths
-from lightning_docmt.data.context_anchors import (RANDOM_CONTEXT_SEED, ContextAnchors, document_groups,
-                                                  no_context, own_context, random_context)
-from lightning_docmt.evaluation import metrics
+from lightning_docmt.data.context_anchors import (
+    RANDOM_CONTEXT_SEED,
+    ContextAnchors,
+    document_groups,
+    no_context,
+    own_context,
+    random_context,
+)
 from lightning_docmt.data.sampler import TokenBudgetBatchSampler
-from lightning_docmt.nn.scoring import token_log_probs
-from lightning_docmt.inference.device import autocast_for
-from lightning_docmt.inference.own_outputs import OutputTokens, WithContextTargets
+from lightning_docmt.evaluation import metrics
 from lightning_docmt.inference import decoding
+from lightning_docmt.inference.device import autocast_for
 from lightning_docmt.inference.loaded_model import LoadedModel
+from lightning_docmt.inference.own_outputs import OutputTokens, WithContextTargets
 from lightning_docmt.inference.translate import check_sentence_by_sentence, collated
+from lightning_docmt.nn.scoring import token_log_probs
 
 # What each score means, printed under every table that shows it (tables/report.py), so that no
 # column is read the wrong way round: `random_ctx/cxmi` is not "the CXMI of random context".
@@ -67,8 +73,9 @@ METRIC_MEANINGS = {
     "cxmi/first": "`cxmi` over the first sentences of documents (0 unless the model reads next sentences)",
     "cxmi/rest": "`cxmi` over the other sentences",
     "random_ctx/cxmi": "how much more likely the references are with the real context than with the "
-                       "context of a document of another collection (book): near 0 when the model reads only that there is context, near `cxmi` "
-                       "or above when it reads what its own context says",
+                       "context of a document of another collection (book): near 0 when the model "
+                       "reads only that there is context, near `cxmi` or above when it reads what "
+                       "its own context says",
     "random_ctx/bleu": "test BLEU decoded with the context of a document of another collection (book)",
     "random_ctx/bleu_delta": "`random_ctx/bleu` minus the real context's BLEU decoded in the same path "
                              "(precision, batches, beam): below 0 when the row's BLEU depends on what "

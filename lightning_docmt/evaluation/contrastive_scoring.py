@@ -13,11 +13,12 @@ Suites of a run (`eval.contrastive`, evaluated after testing; `configured_suites
 training so that a bad entry fails early): each entry is a suite file in the generic format,
 `corpus`, the suite that comes with the corpus of the test split (`data.test`, else `data.corpus`;
 the synthetic generator makes one), or a published suite by name (`contrapro`, `discevalmt`,
-`scat`; `named_suites.py`), whose metric name is that name. Metric names (`suite_metrics`): with one suite
-`contrastive/accuracy` and `contrastive/<phenomenon>`; with several, each suite's are prefixed with
-its name (the file's stem, or `corpus`): `contrastive/<name>/accuracy`, `contrastive/<name>/<phenomenon>`; each suite also gets
-`.../random_ctx/accuracy`, its accuracy when every example reads another example's context, and
-`.../chance` and `.../majority`, what a model that ignores the context and the sentence gets.
+`scat`; `named_suites.py`), whose metric name is that name. Metric names (`suite_metrics`): with
+one suite `contrastive/accuracy` and `contrastive/<phenomenon>`; with several, each suite's are
+prefixed with its name (the file's stem, or `corpus`): `contrastive/<name>/accuracy`,
+`contrastive/<name>/<phenomenon>`; each suite also gets `.../random_ctx/accuracy`, its accuracy
+when every example reads another example's context, and `.../chance` and `.../majority`, what a
+model that ignores the context and the sentence gets.
 A selection table (`evaluate: valid`) scores `corpus` on the valid split instead, after training,
 and names the metrics `val/contrastive/...` (`training/run.run_validation_metrics`).
 """
@@ -32,20 +33,20 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from lightning_docmt.evaluation import metrics
-from lightning_docmt.data.context_anchors import RANDOM_CONTEXT_SEED
 from lightning_docmt.data.cache import BinarizedSplit
+from lightning_docmt.data.context_anchors import RANDOM_CONTEXT_SEED
 from lightning_docmt.data.contrastive_suites import chance_rates, read_suite
-from lightning_docmt.data.languages import data_languages
 from lightning_docmt.data.corpora import corpus_suite
+from lightning_docmt.data.languages import data_languages
 from lightning_docmt.data.splits import split_sources
 from lightning_docmt.data.types import Document
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.evaluation import metrics
+from lightning_docmt.evaluation.named_suites import NAMED_SUITES, load_named_suite, named_suite
 from lightning_docmt.inference.document_order import DocumentOrderWalk
 from lightning_docmt.inference.loaded_model import LoadedModel
 from lightning_docmt.inference.translate import batches, binarize_documents, document_order_batches
 from lightning_docmt.nn.output_loss import output_loss_of
-from lightning_docmt.evaluation.named_suites import NAMED_SUITES, load_named_suite, named_suite
 from lightning_docmt.nn.scoring import sequence_log_probs
 
 

@@ -20,8 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from lightning_docmt.data.contrastive_suites import (ConvertedSuite, convert_contrapro, convert_discevalmt,
-                                               convert_scat)
+from lightning_docmt.data.contrastive_suites import (
+    ConvertedSuite,
+    convert_contrapro,
+    convert_discevalmt,
+    convert_scat,
+)
 from lightning_docmt.errors import DocMTInputError
 
 

@@ -30,8 +30,8 @@ from lightning_docmt.data.collate import collate
 from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.inference.own_outputs import OutputTokens, WithOwnTargets
 from lightning_docmt.nn.carried_state import CarriedState
-from lightning_docmt.nn.seq2seq import Seq2SeqModel
 from lightning_docmt.nn.model_hooks import CARRY_KEY
+from lightning_docmt.nn.seq2seq import Seq2SeqModel
 
 
 class DocumentOrderWalk:

@@ -27,10 +27,10 @@ import torch
 from torch import Tensor
 
 from lightning_docmt.batch import PAD_ID, SEP_ID
+from lightning_docmt.config.registry import register_arch
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.concatenation import join_rows
-from lightning_docmt.config.registry import register_arch
 
 
 @dataclass

@@ -60,13 +60,13 @@ import torch
 from torch import Tensor, nn
 
 from lightning_docmt.batch import PAD_ID
+from lightning_docmt.config.registry import register_arch
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.attention import key_mask
 from lightning_docmt.nn.concatenation import JoinedRows, join_rows
 from lightning_docmt.nn.layers import LayerInputs
 from lightning_docmt.nn.seq2seq import EncoderState
-from lightning_docmt.config.registry import register_arch
 
 CONTEXT_SEGMENT = 0
 """Segment id of every context token, previous or next (reading F8)."""

@@ -54,19 +54,19 @@ import torch
 from torch import Tensor, nn
 
 from lightning_docmt.batch import PAD_ID
+from lightning_docmt.config.registry import register_arch
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.nn.scoring import target_log_probs
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.attention import MultiHeadAttention, key_mask
 from lightning_docmt.nn.context_sentences import pack_left, split_sentences
 from lightning_docmt.nn.gating import ContextGate, gate_stats
 from lightning_docmt.nn.hard_selection import HardSelector, Selection
 from lightning_docmt.nn.layers import FeedForward, LayerInputs
-from lightning_docmt.nn.residual import LAYER_NORM_EPS
-from lightning_docmt.nn.seq2seq import EncoderState
 from lightning_docmt.nn.model_hooks import LossTerms, OptimizerPhase, OutputLoss
-from lightning_docmt.config.registry import register_arch
 from lightning_docmt.nn.reinforce import REWARDS, advantages, policy_loss
+from lightning_docmt.nn.residual import LAYER_NORM_EPS
+from lightning_docmt.nn.scoring import target_log_probs
+from lightning_docmt.nn.seq2seq import EncoderState
 
 TRANSLATOR_PHASE = "theta_s"
 SELECTOR_PHASE = "theta_r"
@@ -175,7 +175,8 @@ class LiFengCoAttentionSeq2Seq(TransformerSeq2Seq):
         if cfg.selector_beam < 1:
             raise DocMTInputError(f"must be at least 1, got {cfg.selector_beam}", key="model.selector_beam")
         if cfg.selection not in SELECTIONS:
-            raise DocMTInputError(f"must be one of {', '.join(SELECTIONS)}, got {cfg.selection!r}", key="model.selection")
+            raise DocMTInputError(f"must be one of {', '.join(SELECTIONS)}, got {cfg.selection!r}",
+                                  key="model.selection")
         if cfg.rl.reward not in REWARDS:
             raise DocMTInputError(f"must be one of {', '.join(REWARDS)}, got {cfg.rl.reward!r}", key="model.rl.reward")
         if cfg.rl.samples < 2:

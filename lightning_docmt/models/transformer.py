@@ -40,16 +40,21 @@ from typing import Any, Optional
 from torch import Tensor, nn
 
 from lightning_docmt.batch import PAD_ID
+from lightning_docmt.config.pretrained_files import ENCODER_KEY, PretrainedLayout
+from lightning_docmt.config.registry import register_arch
+from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.attention import key_mask
 from lightning_docmt.nn.embedding import TokenEmbedding
-from lightning_docmt.nn.layers import (LayerInputs, TransformerLayer, TransformerStack, decoder_layer,
-                                       encoder_layer)
-from lightning_docmt.config.pretrained_files import ENCODER_KEY, PretrainedLayout
+from lightning_docmt.nn.layers import (
+    LayerInputs,
+    TransformerLayer,
+    TransformerStack,
+    decoder_layer,
+    encoder_layer,
+)
 from lightning_docmt.nn.pretrained import PretrainedEmbedding, load_pretrained_encoder
 from lightning_docmt.nn.seq2seq import DecoderCache, EncoderState, Seq2SeqModel
-from lightning_docmt.config.schema import ModelConfig
-from lightning_docmt.config.registry import register_arch
 
 
 @dataclass

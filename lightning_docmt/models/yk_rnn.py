@@ -43,14 +43,14 @@ from typing import Any, ClassVar, Mapping, Optional
 import numpy as np
 from torch import Tensor, nn
 
-from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID, pad
+from lightning_docmt.config.registry import register_arch
+from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.lstm import BiLSTMEncoder, LSTMState, between_layers
 from lightning_docmt.nn.luong_attention import AttentionalHidden, Memory, dot_attention
-from lightning_docmt.nn.seq2seq import DecoderCache, EncoderState, Seq2SeqModel
 from lightning_docmt.nn.model_hooks import CARRY_KEY, LossTerms, OutputLoss
-from lightning_docmt.config.registry import register_arch
+from lightning_docmt.nn.seq2seq import DecoderCache, EncoderState, Seq2SeqModel
 
 CONTEXTS = ("none", "separated", "shared")
 SIDE_MEMORIES = {"source": ("source",), "target": ("target",), "mix": ("source", "target")}

@@ -1,4 +1,5 @@
-"""Zhang et al. 2018, "Improving the Transformer Translation Model with Document-Level Context" (docs/papers/zhang2018.md section 2).
+"""Zhang et al. 2018, "Improving the Transformer Translation Model with Document-Level Context"
+(docs/papers/zhang2018.md section 2).
 
 The sentence Transformer (`models/transformer.py`, theta_s) plus a context encoder and context
 attention (theta_d), reading the previous source sentences X_<k (`batch["ctx_src"]`):
@@ -61,15 +62,15 @@ import torch
 from torch import Tensor
 
 from lightning_docmt.batch import PAD_ID
+from lightning_docmt.config.registry import register_arch
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.attention import AttentionMemory, key_mask
 from lightning_docmt.nn.gating import ContextGate, gate_stats
 from lightning_docmt.nn.layers import LayerInputs, TransformerLayer, TransformerStack, cross_attention_block
+from lightning_docmt.nn.model_hooks import LossTerms, OutputLoss
 from lightning_docmt.nn.residual import ResidualBlock
 from lightning_docmt.nn.seq2seq import EncoderState
-from lightning_docmt.nn.model_hooks import LossTerms, OutputLoss
-from lightning_docmt.config.registry import register_arch
 
 THETA_S_GLOBS = [
     "src_embed.*", "tgt_embed.*", "output.*",

@@ -124,7 +124,8 @@ class HardSelector(nn.Module):
         entropy = hidden.new_zeros(rows, dtype=torch.float32)
         labels = []
         for l in range(length):
-            hidden, log_probs = self.step_log_probs(inputs.gates[:, l], previous, hidden, inputs.valid[:, l], label_gates)
+            hidden, log_probs = self.step_log_probs(inputs.gates[:, l], previous, hidden, inputs.valid[:, l],
+                                                    label_gates)
             label = choose(l, log_probs)  # (N,)
             total = total + log_probs.gather(1, label[:, None]).squeeze(1)
             entropy = entropy + step_entropy(log_probs)

@@ -21,16 +21,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Optional
-
-from typing import Callable
+from typing import Callable, Optional
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.nn.attention import AttentionCache, AttentionMemory, MultiHeadAttention
 from lightning_docmt.nn.residual import LAYER_NORM_EPS, ResidualBlock
-from lightning_docmt.config.schema import ModelConfig
 
 LayerCache = dict[str, AttentionCache]
 """The incremental-decoding caches of one layer, by sublayer name."""

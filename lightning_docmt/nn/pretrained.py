@@ -52,8 +52,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_docmt.config.pretrained_files import (ENCODER_KEY, PretrainedLayout, fingerprint,
-                                                     pretrained_dir, weight_files)
+from lightning_docmt.config.pretrained_files import (
+    ENCODER_KEY,
+    PretrainedLayout,
+    fingerprint,
+    pretrained_dir,
+    weight_files,
+)
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.layers import TransformerLayer
 

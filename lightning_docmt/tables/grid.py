@@ -30,13 +30,21 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from lightning_docmt.config.yaml_file import YamlFile
-from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.distributed import is_global_zero
-from lightning_docmt.tables.report import (MARKED_METRIC, MetricSummary, RowSummary,
-                                          context_columns_legend, decimals, number_cell, ours_cell,
-                                          raw_cell, run_provenance)
-from lightning_docmt.tables.runner import RunRow, TableOutcome, TableResults, run_table, table_results
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.tables.report import (
+    MARKED_METRIC,
+    MetricSummary,
+    RowSummary,
+    context_columns_legend,
+    decimals,
+    number_cell,
+    ours_cell,
+    raw_cell,
+    run_provenance,
+)
 from lightning_docmt.tables.row_significance import RowSignificance
+from lightning_docmt.tables.runner import RunRow, TableOutcome, TableResults, run_table, table_results
 from lightning_docmt.tables.spec import SAFE_NAME, Table, hint, load_table, read_spec_file
 
 GRID_KEYS = ("id", "title", "metrics", "parts", "notes")

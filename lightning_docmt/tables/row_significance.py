@@ -20,6 +20,7 @@ from lightning_docmt.data.languages import bleu_tokenizer
 from lightning_docmt.evaluation.paired_tests import paired_test, significance_mark
 from lightning_docmt.tables.report import RowSummary, RunRecord
 
+
 @dataclass(frozen=True)
 class RowSignificance:
     p_values: tuple[float, ...]  # per common finished seed

@@ -50,12 +50,22 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_docmt.config.composition import CONFIG_FILENAME, RESOLVED_KEY, save_config, schema_defaults
 from lightning_docmt.config.schema import inert_keys
 from lightning_docmt.distributed import is_global_zero, progress
-from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
+from lightning_docmt.tables.report import (
+    DONE,
+    FAILED,
+    FINISHED,
+    INCOMPLETE,
+    RowSummary,
+    RunRecord,
+    log_table_to_wandb,
+    summarize,
+    write_bar_chart,
+    write_csv,
+    write_markdown,
+)
 from lightning_docmt.tables.row_significance import RowSignificance, row_significance
-from lightning_docmt.tables.report import (DONE, FAILED, FINISHED, INCOMPLETE, RowSummary, RunRecord,
-                                          log_table_to_wandb, summarize, write_bar_chart,
-                                          write_csv, write_markdown)
 from lightning_docmt.tables.spec import Table, TableRow, compose_row, load_table
 
 RunRow = Callable[[DictConfig, Path], Mapping[str, Any]]

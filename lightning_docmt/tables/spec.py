@@ -31,8 +31,8 @@ from typing import Any, Callable, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.config.composition import Layer, compose, compose_layers, override_layers
-from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.config.yaml_file import YamlFile
+from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.contrastive_scoring import CORPUS_SUITE
 from lightning_docmt.tables import contrastive_columns
 

@@ -38,8 +38,8 @@ from lightning_docmt.inference import decoding
 from lightning_docmt.inference.document_order import DocumentOrderWalk
 from lightning_docmt.inference.own_outputs import OutputTokens, gathered
 from lightning_docmt.inference.reference_context import reads_reference_target
-from lightning_docmt.nn.seq2seq import Seq2SeqModel
 from lightning_docmt.nn.model_hooks import OutputLoss
+from lightning_docmt.nn.seq2seq import Seq2SeqModel
 from lightning_docmt.training.speed import DECODE_SPEED_METRIC, rate
 
 Record = tuple[int, int, str]  # (sent_index, doc_index, detokenised hypothesis)

@@ -40,19 +40,22 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
-from lightning_docmt.distributed import gather_objects
-from lightning_docmt.inference.own_outputs import OutputTokens
-
-from lightning_docmt.nn.output_loss import output_loss_of
 from lightning_docmt.checkpoints import VOCAB_KEY, pack_vocabularies
-from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.nn.seq2seq import Seq2SeqModel
-from lightning_docmt.nn.model_hooks import CARRY_KEY, LossTerms
 from lightning_docmt.config.registry import build_model
+from lightning_docmt.distributed import gather_objects
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.inference.own_outputs import OutputTokens
 from lightning_docmt.nn.carried_state import CarriedState
+from lightning_docmt.nn.model_hooks import CARRY_KEY, LossTerms
+from lightning_docmt.nn.output_loss import output_loss_of
+from lightning_docmt.nn.seq2seq import Seq2SeqModel
 from lightning_docmt.training.evaluation_loop import EvaluationLoop
-from lightning_docmt.training.optimizer_phases import (PhaseCycle, check_training_hooks, model_phases,
-                                                  phase_parameter_names)
+from lightning_docmt.training.optimizer_phases import (
+    PhaseCycle,
+    check_training_hooks,
+    model_phases,
+    phase_parameter_names,
+)
 from lightning_docmt.training.schedules import lr_lambda
 from lightning_docmt.training.speed import TRAIN_SPEED_KEY, Stopwatch
 
@@ -261,10 +264,10 @@ class DocMTModule(pl.LightningModule):
         lr; then `own_lr_group` when set (trainable parameters at an lr of their own for the whole
         stage); then each group split off by `add_param_group` (a milestone of `StagedUnfreezing`),
         with its own lr.
-        With phases: one optimizer per phase over its trainable parameters (`phase_parameter_names`), at
-        the stage's lr times the phase's `lr_scale`. A phase's schedule counts the phase's own updates, so that each optimizer
-        warms up over its first updates, and a decaying schedule ends at the phase's last update
-        of the stage (its share of `max_steps`).
+        With phases: one optimizer per phase over its trainable parameters (`phase_parameter_names`),
+        at the stage's lr times the phase's `lr_scale`. A phase's schedule counts the phase's own
+        updates, so that each optimizer warms up over its first updates, and a decaying schedule ends
+        at the phase's last update of the stage (its share of `max_steps`).
         """
         if self.phases is not None:
             named = {n: p for n, p in self.model.named_parameters() if p.requires_grad}

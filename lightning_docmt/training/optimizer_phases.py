@@ -22,9 +22,9 @@ from typing import Any, Sequence
 from omegaconf import DictConfig
 
 from lightning_docmt.callbacks.staged_unfreezing import matches
+from lightning_docmt.config.registry import get_arch, model_config
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.model_hooks import OptimizerPhase
-from lightning_docmt.config.registry import get_arch, model_config
 
 
 def model_phases(model_cfg: DictConfig) -> list[OptimizerPhase]:

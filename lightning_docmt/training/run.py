@@ -34,23 +34,23 @@ from lightning_docmt.callbacks.lr_record import LearningRateRecord
 from lightning_docmt.callbacks.staged_unfreezing import matches
 from lightning_docmt.checkpoints import load_state, read_checkpoint
 from lightning_docmt.config import composition as config_lib
-from lightning_docmt.evaluation.contrastive_scoring import configured_suites, suite_metrics
-from lightning_docmt.evaluation.context_usage import context_usage_metrics
-from lightning_docmt.data.languages import bleu_tokenizer
+from lightning_docmt.config.registry import get_arch
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
+from lightning_docmt.data.languages import bleu_tokenizer
 from lightning_docmt.distributed import barrier, is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.provenance import environment_record, resolved_device
+from lightning_docmt.evaluation.context_usage import context_usage_metrics
+from lightning_docmt.evaluation.contrastive_scoring import configured_suites, suite_metrics
 from lightning_docmt.inference.device import trainer_settings
-from lightning_docmt.inference.reference_context import check_no_reference_target, reads_reference_target
 from lightning_docmt.inference.loaded_model import LoadedModel, load_checkpoint
+from lightning_docmt.inference.reference_context import check_no_reference_target, reads_reference_target
+from lightning_docmt.provenance import environment_record, resolved_device
 from lightning_docmt.training.module import DocMTModule
-from lightning_docmt.config.registry import get_arch
 from lightning_docmt.training.speed import train_speed_metrics
-from lightning_docmt.training.stages import check_stages, resolved_settings, stage_config, stage_key
 from lightning_docmt.training.stage_start import first_damage, initial_damage
+from lightning_docmt.training.stages import check_stages, resolved_settings, stage_config, stage_key
+from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric
 from lightning_docmt.training.update_size import update_size
-from lightning_docmt.training.trainer import (RESUME_NAME, build_trainer, monitor_metric)
 
 STAGE_MARKER = "stage.json"  # {"key": stage key} in a stage's run directory: what may resume there
 RUN_DIR_VARIABLE = "DOCMT_RUN_DIR"  # rank zero's run directory, inherited by the ranks it launches

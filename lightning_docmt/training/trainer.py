@@ -40,7 +40,7 @@ from lightning_docmt.training.update_size import apply_update_size
 
 # Lightning calls a mid-epoch resume unreliable unless the DataLoader object itself has a
 # `state_dict`. Ours resumes exactly through the DataModule's sampler state (data/datamodule.py,
-# tests/test_carried_state.py), which that check does not look at, so the warning is silenced.
+# tests/training/test_carried_state.py), which that check does not look at, so the warning is silenced.
 MID_EPOCH_RESUME_WARNING = "You're resuming from a checkpoint that ended before the epoch ended"
 RESUME_NAME = "resume"  # <stage dir>/checkpoints/resume.ckpt, rewritten every train.checkpoint_every_steps
 OWNED_KEYS = ("max_steps", "max_epochs", "max_time", "precision", "accumulate_grad_batches",

@@ -15,8 +15,15 @@ docs/papers/ma2020.md); the target side then has a vocabulary of its own.
 """
 
 from lightning_docmt.data.vocab.base import Vocabulary, sample_sentences
-from lightning_docmt.data.vocab.building import (VOCAB_TYPES, build_vocabularies, check_vocab_config,
-                                                 load_vocabularies, train_vocabulary, vocab_dir, vocab_key)
+from lightning_docmt.data.vocab.building import (
+                                                 VOCAB_TYPES,
+                                                 build_vocabularies,
+                                                 check_vocab_config,
+                                                 load_vocabularies,
+                                                 train_vocabulary,
+                                                 vocab_dir,
+                                                 vocab_key,
+)
 from lightning_docmt.data.vocab.sentencepiece import SentencePieceVocab
 from lightning_docmt.data.vocab.wordpiece import SRC_PRETRAINED_KEY, WordPieceVocab
 from lightning_docmt.data.vocab.words import WORD_SPLITS, WordVocab, split_words

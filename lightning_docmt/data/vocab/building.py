@@ -15,7 +15,6 @@ from lightning_docmt.data.vocab.wordpiece import SRC_PRETRAINED_KEY, WordPieceVo
 from lightning_docmt.data.vocab.words import WORD_SPLITS, WordVocab
 from lightning_docmt.errors import DocMTInputError
 
-
 VOCAB_TYPES = ("bpe", "unigram", "word")
 _FORMAT = 1  # bump when the trained artefact changes for the same inputs
 

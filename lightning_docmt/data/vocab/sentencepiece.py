@@ -13,7 +13,6 @@ from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS
 from lightning_docmt.data.vocab.base import Vocabulary, sample_sentences, threads
 from lightning_docmt.errors import DocMTInputError
 
-
 _REQUIRED_CHARS = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
 
 

@@ -15,7 +15,6 @@ from typing import Iterable, Sequence
 from lightning_docmt.batch import SPECIAL_TOKENS, UNK_ID
 from lightning_docmt.data.vocab.base import Vocabulary
 
-
 _HAN = "\u3001-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
 _HAN_WORDS = re.compile(f"[{_HAN}]|[^\\s{_HAN}]+")
 WORD_SPLITS = ("whitespace", "han")

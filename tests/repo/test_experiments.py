@@ -1,0 +1,50 @@
+"""Every row of every experiments/**/*.yaml composes and validates with the real registry (no
+training), at its own profile and at every profile (`docmt table --profile P`), and every stage's
+trainable globs match parameters of its model (at its own profile and at `tiny`, the smallest
+layer counts); plain run configs there compose too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lightning_docmt.config.composition import compose
+from lightning_docmt.config.registry import import_all_archs
+from lightning_docmt.config.yaml_file import YamlFile
+from lightning_docmt.tables.spec import compose_row, is_grid_file, is_table_file, load_table
+from lightning_docmt.training.stages import check_stages
+from tests.helpers.experiment_files import EXPERIMENTS, experiment_files
+
+
+def experiment_cases() -> list[tuple[Path, str | None]]:
+    cases: list[tuple[Path, str | None]] = []
+    for path in experiment_files():
+        if is_grid_file(YamlFile.load(path)):  # its part tables are table files here too
+            continue
+        if is_table_file(YamlFile.load(path)):
+            cases += [(path, row.name) for row in load_table(path).rows]
+        else:
+            cases.append((path, None))
+    return cases
+
+
+def test_there_are_experiment_files():
+    assert (EXPERIMENTS / "demo.yaml").is_file() and experiment_cases()
+
+
+@pytest.mark.parametrize("profile", [None, "tiny", "cpu", "paper"])
+@pytest.mark.parametrize("path, row", experiment_cases(),
+                         ids=lambda case: case.name if isinstance(case, Path) else str(case))
+def test_experiment_composes(path, row, profile):
+    import_all_archs()
+    if row is None:
+        cfg = compose(path, [], profile=profile)
+    else:
+        cfg = compose_row(load_table(path), row, profile)
+        assert cfg.logging.name == row
+    assert cfg.model.arch in import_all_archs()
+    if profile in (None, "tiny"):  # parameter names do not depend on sizes beyond layer counts
+        check_stages(cfg)  # a trainable glob matching no parameter fails here
+    if profile is not None:
+        assert cfg.profile == profile

@@ -1,0 +1,157 @@
+"""The archive of measured runs, experiments/measured/ (lightning_docmt/tables/runner.py): every
+archived run is complete, no checkpoint is committed, and every archived table rebuilds from its
+runs alone with today's code and table files (no training: a config that no longer composes to the
+archived one is an error here, as it is for `docmt table`)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import statistics
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lightning_docmt.config.registry import import_all_archs
+from lightning_docmt.tables.contrastive_columns import column_value
+from lightning_docmt.tables.grid import load_grid, write_grid
+from lightning_docmt.tables.report import FINISHED
+from lightning_docmt.tables.runner import ARCHIVE_DIRNAME, METRICS_FILE, run_table
+from lightning_docmt.tables.spec import load_table
+from tests.helpers.experiment_files import EXPERIMENTS, grid_files, table_files
+
+REPO = EXPERIMENTS.parent
+ARCHIVE = EXPERIMENTS / ARCHIVE_DIRNAME
+RUN_FILES = ("config.yaml", METRICS_FILE, "test.hyp.txt", "test.ref.txt")
+SELECTION_RUN_FILES = ("config.yaml", METRICS_FILE)  # `evaluate: valid`: the test split never decoded
+
+
+def is_selection_table(table_dir: Path) -> bool:
+    return load_table(table_files()[table_dir.name]).evaluate == "valid"
+
+
+SUPERSEDED = ARCHIVE / "superseded"  # tables measured with a replaced recipe or controls, kept as measured
+
+
+def archived_tables() -> list[Path]:
+    """The archived tables' folders; the grids' reports (tables/grid.py) are in folders of their own,
+    and superseded tables in `superseded/`."""
+    if not ARCHIVE.is_dir():
+        return []
+    return sorted(p for p in ARCHIVE.iterdir() if p.is_dir() and p.name not in grid_files() and p != SUPERSEDED)
+
+
+def archived_grids() -> list[Path]:
+    return sorted(ARCHIVE / grid_id for grid_id in grid_files() if (ARCHIVE / grid_id).is_dir())
+
+
+def archived_runs(table_dir: Path) -> list[Path]:
+    return sorted(p for p in table_dir.glob("*/seed*") if p.is_dir())
+
+
+def test_the_archive_holds_runs():
+    assert archived_tables() and all(archived_runs(t) for t in archived_tables())
+
+
+@pytest.mark.parametrize("table_dir", archived_tables(), ids=lambda p: p.name)
+def test_every_archived_run_is_complete(table_dir):
+    """A test row has its outputs and test BLEU; a selection row (`evaluate: valid`) its valid
+    scores and nothing of the test split."""
+    assert table_dir.name in table_files(), f"{table_dir.name} is no table id of experiments/"
+    selection = is_selection_table(table_dir)
+    for run in archived_runs(table_dir):
+        if selection:
+            assert all((run / name).is_file() for name in SELECTION_RUN_FILES), run
+            metrics = json.loads((run / METRICS_FILE).read_text())
+            assert any(k.startswith("val/") for k in metrics), run
+            assert not [k for k in metrics if k.startswith("test/")] and not list(run.glob("test*")), run
+            continue
+        for name in RUN_FILES:
+            assert (run / name).is_file(), run / name
+        hyps = (run / "test.hyp.txt").read_text(encoding="utf-8").split("\n")
+        refs = (run / "test.ref.txt").read_text(encoding="utf-8").split("\n")
+        assert len(hyps) == len(refs) > 100, run
+        assert isinstance(json.loads((run / METRICS_FILE).read_text())["test/bleu"], float), run
+
+
+def test_superseded_tables_are_explained_and_never_mixed_into_their_successors():
+    """Every superseded table is named in `superseded/README.md` with the commit that made it and
+    holds its runs. Its successor (the namesake under `measured/<id>/`, re-measured from scratch)
+    shares none of its runs: every run of the successor was composed from a different config than
+    the superseded run of the same row and seed (the recipe that replaced it)."""
+    readme = (SUPERSEDED / "README.md").read_text()
+    superseded = sorted(p for p in SUPERSEDED.iterdir() if p.is_dir())
+    assert superseded
+    for table_dir in superseded:
+        short = table_dir.name.split(".")[-1]
+        assert f"`{table_dir.name}`" in readme or f"`_{short.removeprefix('t2_')}`" in readme, table_dir.name
+        assert archived_runs(table_dir) or table_dir.name in grid_files(), table_dir
+        successor = ARCHIVE / table_dir.name
+        for old_run in archived_runs(table_dir):
+            new_run = successor / old_run.relative_to(table_dir)
+            if new_run.is_dir():
+                assert (new_run / "config.yaml").read_text() != (old_run / "config.yaml").read_text(), new_run
+
+
+@pytest.mark.subprocess
+def test_no_checkpoint_is_committed():
+    tracked = subprocess.run(["git", "ls-files", str(ARCHIVE)], cwd=REPO, check=True,
+                             capture_output=True, text=True).stdout.split()
+    assert tracked and not [p for p in tracked if p.endswith(".ckpt") or "/checkpoints/" in p]
+
+
+@pytest.mark.parametrize("table_dir", archived_tables(), ids=lambda p: p.name)
+def test_an_archived_table_rebuilds_without_training(table_dir, tmp_path):
+    """Rebuilding the table from a copy of its archive trains nothing, finds every archived run, and
+    reports their mean and the significance of each row against the baseline. Rows archived with
+    different seeds (a sweep that ran some rows with more seeds) are rebuilt a seed set at a time,
+    the largest last: its report shows every row's finished runs among those seeds."""
+    import_all_archs()
+    results = tmp_path / "results"
+    shutil.copytree(table_dir, results / table_dir.name)
+    path = table_files()[table_dir.name]
+    seeds_of: dict[str, list[int]] = {}
+    for run in archived_runs(table_dir):
+        seeds_of.setdefault(run.parent.name, []).append(int(run.name.removeprefix("seed")))
+    rows_by_seeds: dict[tuple[int, ...], list[str]] = {}
+    for row, seeds in sorted(seeds_of.items()):
+        rows_by_seeds.setdefault(tuple(sorted(seeds)), []).append(row)
+
+    def no_training(cfg, run_dir):
+        raise AssertionError(f"{run_dir} is not archived: it would be trained")
+
+    for seeds, rows in sorted(rows_by_seeds.items(), key=lambda item: len(item[0])):  # most seeds last
+        outcome = run_table(path, rows=",".join(rows), seeds=list(seeds), run_row=no_training, results_dir=results)
+        assert outcome.records and {r.status for r in outcome.records} == {FINISHED}
+    with open(outcome.outputs["csv"], newline="") as f:
+        cells = {(r["row"], r["metric"]): r for r in csv.DictReader(f)}
+    first_column = outcome.table.metrics[0]
+    for row in seeds_of:
+        values = [column_value(json.loads((run / METRICS_FILE).read_text()), first_column)
+                  for run in archived_runs(table_dir) if run.parent.name == row]
+        assert float(cells[(row, first_column)]["mean"]) == pytest.approx(statistics.mean(values))
+    baseline = outcome.table.baseline
+    if baseline in seeds_of:  # every other archived row is tested against it, seed by seed
+        tested = [row for row in seeds_of if row != baseline]
+        assert all(cells[(row, "test/bleu")].get("p_values") for row in tested), cells
+
+
+@pytest.mark.parametrize("grid_id", sorted(grid_files()))
+def test_an_archived_grid_is_what_its_archived_runs_give(grid_id, tmp_path):
+    """A grid is archived once any of its part tables is, and the committed grid report equals the
+    one written now from the archived runs of its parts (every seed found): a part table archived
+    later must be followed by a rebuilt grid."""
+    grid = load_grid(grid_files()[grid_id])
+    parts = [part.table.id for part in grid.parts if (ARCHIVE / part.table.id).is_dir()]
+    grid_dir = ARCHIVE / grid_id
+    assert grid_dir.is_dir() == bool(parts), (grid_id, parts)
+    if not parts:
+        return  # nothing of it measured with today's recipe yet (a superseded grid: superseded/)
+    results = tmp_path / "results"
+    for part in parts:
+        shutil.copytree(ARCHIVE / part, results / part)
+    rebuilt = write_grid(grid, results)
+    with open(rebuilt["csv"], newline="") as now, open(grid_dir / "table.csv", newline="") as committed:
+        assert list(csv.DictReader(now)) == list(csv.DictReader(committed))

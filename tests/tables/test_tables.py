@@ -1,0 +1,371 @@
+"""Table files and the table runner, with a fake training function (no model is trained)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import shlex
+import statistics
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_docmt.config.composition import compose
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
+from lightning_docmt.tables.report import DONE, RunRecord, log_table_to_wandb, run_provenance, summarize
+from lightning_docmt.tables.runner import run_table
+from lightning_docmt.tables.spec import compose_file, compose_row, load_table
+from tests.helpers.cli_run import docmt
+from tests.helpers.stand_in_archs import CTX
+
+TABLE = {
+    "id": "unit.t1",
+    "title": "Unit table",
+    "metrics": ["test/bleu", "test/chrf"],
+    "base": [f"model.arch={CTX}", "profile=tiny"],
+    "seeds": [1, 2],
+    "notes": "table note",
+    "rows": [
+        {"name": "small", "overrides": ["model.context_layers=1"], "paper": {"test/bleu": 10.0}},
+        {"name": "large", "overrides": ["model.context_layers=3"],
+         "paper": {"test/bleu": 20.0, "test/chrf": 40.0}, "notes": "row note"},
+        {"name": "broken", "overrides": ["model.context_layers=2"]},
+    ],
+}
+CONTEXT_LAYERS = {"small": 1, "large": 3}
+
+
+def expected_metrics(row: str, seed: int) -> dict[str, float]:
+    layers = CONTEXT_LAYERS[row]
+    return {"test/bleu": 10.0 * layers + seed, "test/chrf": 30.0 + layers * seed / 4}
+
+
+class FakeTraining:
+    """Deterministic metrics from the config; the `broken` row raises after printing."""
+
+    def __init__(self):
+        self.calls: Counter[tuple[str, int]] = Counter()
+
+    def __call__(self, cfg, run_dir: Path) -> dict:
+        row, seed = cfg.logging.name, cfg.train.seed
+        self.calls[(row, seed)] += 1
+        assert run_dir.is_dir()
+        print(f"training {row} seed {seed}")
+        logging.getLogger("fake.trainer").warning("a logging record from %s", row)
+        if row == "broken":
+            raise RuntimeError("boom")
+        assert cfg.model.context_layers == CONTEXT_LAYERS[row]
+        return {**expected_metrics(row, seed), "test/bleu_signature": "nrefs:1|tok:13a"}
+
+
+@pytest.fixture
+def table_file(tmp_path, stand_in_archs) -> Path:
+    path = tmp_path / "unit_t1.yaml"
+    path.write_text(yaml.safe_dump(TABLE, sort_keys=False))
+    return path
+
+
+def test_runs_every_row_and_seed_and_a_failure_does_not_stop_the_others(table_file, tmp_path):
+    fake = FakeTraining()
+    outcome = run_table(table_file, run_row=fake, results_dir=tmp_path / "results")
+    assert fake.calls == {(row, seed): 1 for row in ("small", "large", "broken") for seed in (1, 2)}
+    status = {(r.row, r.seed): r.status for r in outcome.records}
+    assert status[("broken", 1)] == status[("broken", 2)] == "failed"
+    assert {status[(row, s)] for row in ("small", "large") for s in (1, 2)} == {"done"}
+    for seed in (1, 2):
+        run_dir = tmp_path / "results" / "unit.t1" / "small" / f"seed{seed}"
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        saved = compose(run_dir / "config.yaml", [])  # the run can be repeated from its folder
+        assert (saved.logging.name, saved.train.seed) == ("small", seed)
+        assert {k: metrics[k] for k in ("test/bleu", "test/chrf")} == expected_metrics("small", seed)
+        assert 0 <= metrics["time/run_s"] < 60  # the run's wall time, recorded beside its scores
+        broken_dir = tmp_path / "results" / "unit.t1" / "broken" / f"seed{seed}"
+        assert not (broken_dir / "metrics.json").exists()
+        error = json.loads((broken_dir / "error.json").read_text())
+        assert error["error"] == "RuntimeError: boom" and error["log"] == str(broken_dir / "log.txt")
+        log_text = (broken_dir / "log.txt").read_text()
+        assert f"training broken seed {seed}" in log_text
+        assert "a logging record from broken" in log_text
+        assert "Traceback" in log_text and "RuntimeError: boom" in log_text
+    failed = [r for r in outcome.records if r.status == "failed"]
+    assert all(r.log_path and r.log_path.is_file() and r.error == "RuntimeError: boom"
+               for r in failed)
+
+
+def test_rerun_skips_finished_runs_and_retries_failed_ones(table_file, tmp_path):
+    fake = FakeTraining()
+    run_table(table_file, run_row=fake, results_dir=tmp_path / "results")
+    fake.calls.clear()
+    outcome = run_table(table_file, run_row=fake, results_dir=tmp_path / "results")
+    assert fake.calls == {("broken", 1): 1, ("broken", 2): 1}
+    skipped = {(r.row, r.seed): r.metrics for r in outcome.records if r.status == "finished"}
+    assert skipped[("large", 2)]["test/bleu"] == expected_metrics("large", 2)["test/bleu"]
+    assert len(skipped) == 4
+
+
+def test_table_markdown_and_csv_hold_mean_std_and_paper_numbers(table_file, tmp_path):
+    outcome = run_table(table_file, run_row=FakeTraining(), results_dir=tmp_path / "results")
+    out = tmp_path / "results" / "unit.t1"
+    assert outcome.outputs == {"md": out / "table.md", "csv": out / "table.csv",
+                               "png": out / "table.png"}
+    rows = {(r["row"], r["metric"]): r for r in csv.DictReader((out / "table.csv").open())}
+    markdown = (out / "table.md").read_text()
+    for row in ("small", "large"):
+        for metric in TABLE["metrics"]:
+            values = [expected_metrics(row, seed)[metric] for seed in (1, 2)]
+            mean, std = statistics.mean(values), statistics.stdev(values)
+            paper = next(r for r in TABLE["rows"] if r["name"] == row)["paper"].get(metric)
+            line = rows[(row, metric)]
+            assert int(line["n"]) == 2 and line["status"] == "ok"
+            assert float(line["mean"]) == pytest.approx(mean)
+            assert float(line["std"]) == pytest.approx(std)
+            if paper is None:
+                assert line["paper"] == line["delta"] == ""
+            else:
+                assert float(line["paper"]) == paper
+                assert float(line["delta"]) == pytest.approx(mean - paper)
+            row_line = next(text for text in markdown.splitlines() if text.startswith(f"| {row} |"))
+            assert f"{mean:.2f} ± {std:.2f} (n=2)" in row_line
+            if paper is not None:
+                assert f"| {paper:.2f} | {mean - paper:+.2f} |" in row_line
+    broken = [text for text in markdown.splitlines() if text.startswith("| broken |")]
+    assert broken and broken[0].endswith("| failed |")
+    assert rows[("broken", "test/bleu")]["n"] == "0" and rows[("broken", "test/bleu")]["mean"] == ""
+    broken_log = out / "broken" / "seed1" / "log.txt"
+    assert f"- `broken` seed 1: RuntimeError: boom (log: `{broken_log}`)" in markdown
+    assert "nrefs:1|tok:13a" in markdown and "table note" in markdown and "row note" in markdown
+    assert "Profile: tiny. BLEU, chrF, d-BLEU and METEOR are case-sensitive (cased)." in markdown
+    assert (out / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_context_columns_are_explained_under_the_table_and_only_when_shown(table_file, tmp_path):
+    """`random_ctx/cxmi` reads easily as "the CXMI of random context": every context column says
+    what it measures under the table (evaluation/context_usage.py METRIC_MEANINGS)."""
+    shown = ["cxmi", "random_ctx/cxmi", "random_ctx/bleu_delta"]
+    rows = [{"name": r["name"], "overrides": r["overrides"]} for r in TABLE["rows"][:2]]
+    spec = {**TABLE, "id": "unit.ctx", "metrics": ["test/bleu", *shown], "rows": rows}
+    context_file = tmp_path / "unit_ctx.yaml"
+    context_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    for path in (table_file, context_file):
+        run_table(path, run_row=FakeTraining(), results_dir=tmp_path / "results")
+    plain = (tmp_path / "results" / "unit.t1" / "table.md").read_text()
+    with_context = (tmp_path / "results" / "unit.ctx" / "table.md").read_text()
+    assert "Context columns" not in plain
+    legend = with_context.split("Context columns (on the test split):\n\n", 1)[1].split("\n\n", 1)[0]
+    assert legend.splitlines() == [f"- `{m}`: {METRIC_MEANINGS[m]}" for m in shown]
+    assert "another collection" in METRIC_MEANINGS["random_ctx/cxmi"]
+
+
+def test_run_provenance_groups_runs_by_precision_device_torch_and_code(tmp_path):
+    env = {"env/precision": "bf16-mixed", "env/device": "cpu", "env/torch": "2.13.0+cpu",
+           "env/code": "abc", "env/threads": 1.0}
+    records = [RunRecord("a", 1, tmp_path, DONE, {"test/bleu": 1.0, **env}),
+               RunRecord("b", 1, tmp_path, DONE, {"test/bleu": 2.0, **env}),
+               RunRecord("a", 2, tmp_path, DONE, {**env, "env/precision": "32-true"}),
+               RunRecord("c", 1, tmp_path, DONE, {"test/bleu": 3.0})]  # recorded nothing: left out
+    assert run_provenance(records) == [
+        "- precision 32-true, device cpu, torch 2.13.0+cpu, code abc: 1 run (a/seed2)",
+        "- precision bf16-mixed, device cpu, torch 2.13.0+cpu, code abc: 2 runs (a/seed1, b/seed1)"]
+    assert run_provenance(records[3:]) == []
+
+
+def test_rows_run_separately_fill_one_table(table_file, tmp_path):
+    fake = FakeTraining()
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    outcome = run_table(table_file, rows=["large"], seeds=[1], run_row=fake,
+                        results_dir=tmp_path / "r")
+    assert fake.calls == {("small", 1): 1, ("large", 1): 1}
+    markdown = outcome.outputs["md"].read_text()
+    small = expected_metrics("small", 1)["test/bleu"]
+    assert f"| small | {small:.2f} (n=1) |" in markdown
+    assert "| broken | n/a | n/a | n/a | n/a | n/a | n/a | not run |" in markdown
+
+
+def test_dry_run_prints_one_fit_command_per_run_and_runs_nothing(table_file, tmp_path):
+    outcome = run_table(table_file, rows="small,large", seeds=[3], profile="tiny",
+                        cli_overrides=["data.corpus=jsonl:my corpus.jsonl"],
+                        results_dir=tmp_path / "r", dry_run=True)
+    assert outcome.commands == [
+        f"docmt fit {table_file} --row {row} --seed 3 --profile tiny "
+        "'data.corpus=jsonl:my corpus.jsonl'" for row in ("small", "large")]
+    assert shlex.split(outcome.commands[0])[-1] == "data.corpus=jsonl:my corpus.jsonl"
+    assert not (tmp_path / "r").exists() and outcome.records == []
+
+
+def test_dry_run_without_seeds_leaves_the_seed_to_the_config(table_file, tmp_path):
+    spec = dict(TABLE)
+    del spec["seeds"]
+    table_file.write_text(yaml.safe_dump(spec))
+    outcome = run_table(table_file, rows="small", dry_run=True)
+    assert outcome.commands == [f"docmt fit {table_file} --row small"]
+
+
+def test_a_finished_run_of_another_config_is_an_error_before_anything_runs(table_file, tmp_path):
+    fake = FakeTraining()
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    fake.calls.clear()
+    with pytest.raises(DocMTInputError) as err:
+        run_table(table_file, rows="small,large", seeds=[1], cli_overrides=["model.d_model=48"],
+                  run_row=fake, results_dir=tmp_path / "r")
+    assert "model.d_model" in str(err.value) and str(tmp_path / "r" / "unit.t1" / "small") in \
+        str(err.value)
+    assert not fake.calls
+    # Logging and trainer settings do not change the numbers: the finished run is reused.
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r",
+              cli_overrides=["logging.project=other", "trainer.enable_progress_bar=true"])
+    assert not fake.calls
+
+
+def test_an_option_added_since_a_finished_run_does_not_orphan_it_but_a_removed_one_does(table_file,
+                                                                                      tmp_path):
+    """A key the saved config lacks (an option the code gained after the run) is not a difference
+    while the table leaves it at its default in code; set to anything else, it is (the run was made
+    without it); a key the code no longer composes is a difference too."""
+    fake = FakeTraining()
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    saved = tmp_path / "r" / "unit.t1" / "small" / "seed1" / "config.yaml"
+    config = yaml.safe_load(saved.read_text())
+    d_model = config["model"]["d_model"]
+    assert config["train"]["optim"]["label_smoothing"] == 0.1 and d_model != 512  # the defaults in code
+    del config["train"]["optim"]["label_smoothing"], config["model"]["d_model"]
+    saved.write_text(yaml.safe_dump(config))
+    fake.calls.clear()
+    with pytest.raises(DocMTInputError, match=rf"model.d_model \(512 -> {d_model}\)"):
+        run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    config["model"]["d_model"] = d_model  # only label_smoothing missing, at its default
+    saved.write_text(yaml.safe_dump(config))
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    assert not fake.calls
+    config["model"]["an_option_since_removed"] = 3
+    saved.write_text(yaml.safe_dump(config))
+    with pytest.raises(DocMTInputError, match=r"model.an_option_since_removed \(3 -> '<absent>'\)"):
+        run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    assert not fake.calls
+
+
+def test_the_number_of_documents_per_batch_matters_only_in_document_order(table_file, tmp_path):
+    """`data.max_documents` is inert in a run without document-order batches (`inert_keys`): a
+    finished run is reused whatever it is set to. A document-order run with another value is
+    another config."""
+    fake = FakeTraining()
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    fake.calls.clear()
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r",
+              cli_overrides=["data.max_documents=7"])
+    assert not fake.calls
+    ordered = ["data.document_order=true"]
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "o",
+              cli_overrides=ordered)
+    with pytest.raises(DocMTInputError, match=r"data.max_documents \(128 -> 7\)"):
+        run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "o",
+                  cli_overrides=[*ordered, "data.max_documents=7"])
+
+
+def test_fit_of_a_row_with_overrides_never_returns_the_finished_run_of_another_config(table_file,
+                                                                                       tmp_path):
+    """`docmt fit TABLE --row R key=value` writes where `docmt table` looks; a finished run there
+    whose config differs (here another corpus) is an error, not that run's numbers."""
+    fake = FakeTraining()
+    run_table(table_file, rows="small", seeds=[1], run_row=fake, results_dir=tmp_path / "r")
+    run_dir = tmp_path / "r" / "unit.t1" / "small" / "seed1"
+    same = docmt("fit", table_file, "--row", "small", "--seed", "1", "--results", tmp_path / "r")
+    assert same.code == 0 and same.out.strip().splitlines()[-1] == str(run_dir)  # reused as is
+    other = docmt("fit", table_file, "--row", "small", "--seed", "1", "--results", tmp_path / "r",
+                  "data.corpus=synthetic:small")
+    assert other.code == 2 and "holds a finished run of another config: data.corpus" in other.err
+    assert len(other.err.strip().splitlines()) == 1
+
+
+def test_a_config_error_in_any_row_stops_the_table_before_training(table_file, tmp_path):
+    spec = dict(TABLE)
+    spec["rows"] = [*TABLE["rows"], {"name": "typo", "overrides": ["model.context_layer=2"]}]
+    table_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    fake = FakeTraining()
+    with pytest.raises(DocMTInputError) as err:
+        run_table(table_file, run_row=fake, results_dir=tmp_path / "r")
+    message = str(err.value)
+    assert message.startswith(f"{table_file}:")
+    assert "row 'typo'" in message and "'context_layers'" in message
+    assert not fake.calls
+
+
+def test_compose_row_sets_logging_seed_and_precedence(table_file):
+    table = load_table(table_file)
+    cfg = compose_row(table, "large", None, ["model.d_model=48"], seed=5)
+    assert (cfg.logging.group, cfg.logging.name) == ("unit.t1", "large")
+    assert list(cfg.logging.tags) == ["unit", "unit.t1", CTX]
+    assert cfg.train.seed == 5 and cfg.model.d_model == 48 and cfg.model.context_layers == 3
+    assert cfg.profile == "tiny"  # from the table base
+    assert compose_row(table, "large", "cpu").profile == "cpu"  # --profile beats the table base
+    assert compose_row(table, "large", None, ["model.context_layers=7"]).model.context_layers == 7
+    assert compose_file(table_file, row="small", seed=2).train.seed == 2
+    with pytest.raises(DocMTInputError, match="did you mean large"):
+        compose_row(table, "lrage")
+    with pytest.raises(DocMTInputError, match="needs --row"):
+        compose_file(table_file)
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda t: t.update(colums=[]), "unknown table key 'colums'"),
+    (lambda t: t.pop("metrics"), "missing table key 'metrics'"),
+    (lambda t: t.update(id="bad id"), "'id'"),
+    (lambda t: t.update(seeds=[1, 1]), "'seeds'"),
+    (lambda t: t["rows"][1].update(paper={"test/bleuu": 1.0}),
+     "row 'large': paper number for 'test/bleuu'"),
+    (lambda t: t["rows"][1].update(paper={"test/bleu": "high"}), "row 'large': paper value"),
+    (lambda t: t["rows"][1].update(overrides=["model.context_layers"]), "row 'large' override"),
+    (lambda t: t["rows"][1].update(name="small"), "row 'small': duplicate row name"),
+    (lambda t: t["rows"][1].update(overides=[]), "row 'large': unknown key 'overides'"),
+])
+def test_bad_table_files_name_file_line_and_row(table_file, edit, expected):
+    spec = json.loads(json.dumps(TABLE))
+    edit(spec)
+    table_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    with pytest.raises(DocMTInputError) as err:
+        load_table(table_file)
+    assert str(err.value).startswith(str(table_file)) and expected in str(err.value)
+
+
+def test_wandb_failure_never_stops_the_table(table_file, tmp_path, monkeypatch, caplog):
+    import wandb
+
+    def broken_init(**kwargs):
+        raise RuntimeError("no wandb today")
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setattr(wandb, "init", broken_init)
+    outcome = run_table(table_file, rows="small", seeds=[1], run_row=FakeTraining(),
+                        cli_overrides=["logging.wandb=true"], results_dir=tmp_path / "r")
+    assert outcome.outputs["md"].is_file()
+    assert "wandb init failed (RuntimeError: no wandb today)" in caplog.text
+
+
+@pytest.mark.subprocess
+def test_wandb_offline_logs_the_table_run(table_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    outcome = run_table(table_file, rows="small", seeds=[1], run_row=FakeTraining(),
+                        results_dir=tmp_path / "r")
+    table = load_table(table_file)
+    summaries = summarize(table, outcome.records)
+    out = tmp_path / "r" / "unit.t1"
+    assert log_table_to_wandb(table, summaries, outcome.outputs["png"], project="p", out_dir=out)
+    runs = list((out / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert not log_table_to_wandb(table, summaries, None, project="p", out_dir=out)
+
+
+def test_other_ddp_ranks_train_but_write_nothing(table_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    fake = FakeTraining()
+    outcome = run_table(table_file, rows="small", seeds=[1, 2], run_row=fake,
+                        results_dir=tmp_path / "r")
+    assert fake.calls == {("small", 1): 1, ("small", 2): 1}
+    assert [r.metrics["test/bleu"] for r in outcome.records] == \
+        [expected_metrics("small", s)["test/bleu"] for s in (1, 2)]
+    assert not [p for p in (tmp_path / "r").rglob("*") if p.is_file()] and not outcome.outputs

@@ -1,0 +1,136 @@
+"""`docmt fit --resume RUN_DIR` after a SIGKILL mid-stage ends with the weights of an uninterrupted
+run: the sampler position, optimizer, schedule, random streams (dropout), frozen set and
+averaging window all come back from the stage's newest checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
+from tests.helpers.paths import REPO
+from tests.helpers.run_env import LAUNCH_VARIABLES
+
+DOCMT = Path(sys.executable).parent / "docmt"
+STEPS, EVERY = 40, 8
+# Two stages (Zhang's two-step: a Transformer, then theta_d alone, frozen set restored on resume),
+# dropout on (random streams restored), checkpoint averaging over the last 2 validations.
+CONFIG = f"""\
+data: {{corpus: "synthetic:tiny", max_tokens: 300}}
+model: {{arch: zhang_doc, dropout: 0.1}}
+context: {{prev_sentences: 1}}
+eval: {{valid_bleu: false}}
+train:
+  max_steps: {STEPS}
+  val_every_steps: 10
+  checkpoint_every_steps: {EVERY}
+  average: {{checkpoints: 2, rule: last}}
+  stages:
+    s1: {{arch: transformer, max_steps: 6}}
+    s2: {{arch: zhang_doc, init_from: s1, trainable: ["context_encoder.*", "*.context_attn.*"]}}
+  schedule: [s1, s2]
+"""
+
+
+def environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
+    env.update(WANDB_MODE="disabled", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    return env
+
+
+def fit(workdir: Path, *argv: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(DOCMT), "fit", *argv], cwd=workdir, env=environment(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def final_weights(run_dir: Path) -> tuple[dict[str, torch.Tensor], int]:
+    record = json.loads((run_dir / "run.json").read_text())
+    checkpoint = torch.load(record["checkpoint"], map_location="cpu", weights_only=True)
+    return checkpoint["state_dict"], record["stages"]["s2"]["global_step"]
+
+
+def write_run_config(workdir: Path) -> Path:
+    workdir.mkdir()
+    config = workdir / "run.yaml"
+    config.write_text(CONFIG + f"logging: {{runs_dir: {workdir / 'runs'}}}\n")
+    return config
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[dict[str, torch.Tensor], int]:
+    workdir = tmp_path_factory.mktemp("resume") / "uninterrupted"
+    config = write_run_config(workdir)
+    done = fit(workdir, str(config), "--profile", "tiny", f"data.cache_dir={workdir / 'cache'}")
+    return final_weights(Path(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.fit
+@pytest.mark.subprocess
+def test_a_killed_fit_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, uninterrupted):
+    workdir = tmp_path / "killed"
+    config = write_run_config(workdir)
+    proc = subprocess.Popen([str(DOCMT), "fit", str(config), "--profile", "tiny",
+                             f"data.cache_dir={workdir / 'cache'}"], cwd=workdir, env=environment(),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 240
+    while True:  # kill it once stage s2 has a checkpoint past its first validation
+        found = list((workdir / "runs").glob("*/*/s2/checkpoints/resume.ckpt"))
+        if found and torch.load(found[0], weights_only=True)["global_step"] >= 2 * EVERY:
+            break
+        assert proc.poll() is None and time.monotonic() < deadline, "the fit ended before it was killed"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    run_dir = found[0].parents[2]
+    assert not (run_dir / "metrics.json").exists()  # it really was interrupted mid-stage
+    done = fit(workdir, "--resume", str(run_dir))
+    assert "resuming from" in done.stdout and "reusing" in done.stdout  # s1 from the stage cache
+    weights, steps = final_weights(run_dir)
+    expected, expected_steps = uninterrupted
+    assert steps == expected_steps
+    assert weights.keys() == expected.keys()
+    for name, tensor in weights.items():
+        assert torch.allclose(tensor, expected[name], atol=1e-6, rtol=0), name
+    averaged = json.loads((run_dir / "s2" / "averaging" / "average.json").read_text())
+    assert len(averaged["steps"]) == 2 and averaged["steps"][-1] == steps
+    snapshots = list((run_dir / "s2" / "averaging").glob("step*.pt"))
+    assert snapshots
+    for snapshot in snapshots:  # theta_s is frozen in s2: the snapshots hold theta_d alone
+        names = torch.load(snapshot, weights_only=True).keys()
+        assert names and all(any(fnmatchcase(n, "model." + g) for g in THETA_D_GLOBS) for n in names)
+
+
+def test_a_resumed_averaging_window_whose_snapshots_are_gone_is_an_error(tmp_path):
+    averaging = CheckpointAveraging(2, "last", tmp_path, monitor="val/loss", mode="min")
+    kept = tmp_path / "step000000010.pt"
+    kept.write_bytes(b"")
+    averaging.load_state_dict({"snapshots": [{"step": 10, "score": -1.0, "path": str(kept)},
+                                             {"step": 5, "score": -2.0, "path": None}]})  # pruned: fine
+    with pytest.raises(DocMTInputError, match="snapshot files are gone.*step000000020.pt"):
+        averaging.load_state_dict({"snapshots": [{"step": 20, "score": -1.0,
+                                                  "path": str(tmp_path / "step000000020.pt")}]})
+
+
+@pytest.mark.fit
+@pytest.mark.subprocess
+def test_resume_takes_only_a_run_directory(tmp_path):
+    done = subprocess.run([str(DOCMT), "fit", "--resume", str(tmp_path), "train.max_steps=3"], cwd=tmp_path,
+                          env=environment(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "only the run directory" in done.stderr
+    done = subprocess.run([str(DOCMT), "fit", "--resume", str(tmp_path)], cwd=tmp_path,
+                          env=environment(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "no config.yaml" in done.stderr

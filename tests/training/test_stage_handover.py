@@ -1,0 +1,122 @@
+"""What a stage hands to the next: its final checkpoint and that checkpoint's step; which
+continuations of a schedule are refused (trap K9); the lr each stage trained at (`done.json`).
+
+A stage's final checkpoint is its best on validation, which need not be its last update; a next
+stage with `continue_schedule` must continue the learning-rate schedule from the step of the
+weights it starts from (reading Z9 in docs/papers/zhang2018.md). The test makes the handed-on
+checkpoint report an earlier step than the stage's last, as a best checkpoint from an earlier
+validation would, and checks what stage 2 is built with.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lightning_docmt.callbacks.lr_record import LearningRateRecord
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.training import run as train
+from tests.helpers.run_env import single_process_run_env
+from tests.helpers.stage_fits import tiny_config
+
+STEPS, BEST_STEP = 6, 3
+TWO_STAGES = ["model.arch=zhang_doc", "context.prev_sentences=1", f"train.max_steps={STEPS}",
+              f"train.val_every_steps={STEPS}",
+              "train.stages.s1={arch: transformer}",
+              "train.stages.s2={arch: zhang_doc, init_from: s1, continue_schedule: true, max_steps: 2}",
+              "train.schedule=[s1,s2]"]
+
+
+@pytest.mark.fit
+def test_the_next_stage_continues_from_the_step_of_the_checkpoint_it_starts_from(tmp_path, monkeypatch):
+    read = train.read_checkpoint
+
+    def best_from_an_earlier_validation(path):
+        checkpoint = read(path)
+        if "s1" in str(path):  # stage s1's best
+            checkpoint["global_step"] = BEST_STEP
+        return checkpoint
+
+    offsets = []
+    build = train.build_module
+
+    def recording(scfg, datamodule, step_offset=0, lr_override=None):
+        offsets.append(step_offset)
+        return build(scfg, datamodule, step_offset, lr_override)
+
+    monkeypatch.setattr(train, "read_checkpoint", best_from_an_earlier_validation)
+    monkeypatch.setattr(train, "build_module", recording)
+    with single_process_run_env():
+        run_dir = train.fit_run(tiny_config(tmp_path, *TWO_STAGES))
+    stages = json.loads((run_dir / "run.json").read_text())["stages"]
+    assert stages["s1"]["global_step"] == BEST_STEP  # not STEPS, the stage's last update
+    assert offsets[:2] == [0, BEST_STEP]  # s1 from scratch; s2 continues at the checkpoint's step
+    done = json.loads((tmp_path / "cache" / "stages" / stages["s1"]["key"] / "done.json").read_text())
+    assert (done["global_step"], done["trained_steps"]) == (BEST_STEP, STEPS)
+
+
+def test_a_stage_that_trains_new_parameters_may_not_continue_a_linear_decay_from_near_zero(tmp_path):
+    """Trap K9: 2 updates after 6 of a linear decay with 2 warm-up updates start at 1/6 of the
+    peak; the stage's theta_d would train on the tail alone. The error gives the numbers."""
+    cfg = tiny_config(tmp_path, *TWO_STAGES, "train.optim.schedule=linear_warmup_linear_decay",
+                      "train.optim.warmup_steps=2")
+    with pytest.raises(DocMTInputError, match=r"train\.stages\.s2\.continue_schedule") as err:
+        train.check_stages(cfg)
+    assert "0.17 of the peak" in str(err.value) and "summed lr" in str(err.value)
+    train.check_stages(tiny_config(tmp_path, *TWO_STAGES))  # the inverse sqrt never reaches 0
+    no_new = tiny_config(tmp_path, *TWO_STAGES, "train.optim.schedule=linear_warmup_linear_decay",
+                         "train.optim.warmup_steps=2", "train.stages.s2.arch=transformer")
+    train.check_stages(no_new)  # further training of the same parameters may run on the tail
+
+
+@pytest.mark.fit
+def test_done_json_records_the_lr_each_stage_trained_at(tmp_path):
+    """A stage with a schedule of its own: 3 updates of a linear decay after 1 warm-up update
+    train at lr, lr / 2 and 0; `done.json` records what the optimizer applied."""
+    lr = 2e-3
+    cfg = tiny_config(tmp_path, *TWO_STAGES[:-2], "train.stages.s1={arch: transformer}",
+                      f"train.stages.s2={{arch: zhang_doc, init_from: s1, max_steps: 3, lr: {lr}, "
+                      "optim: {schedule: linear_warmup_linear_decay, warmup_steps: 1}}",
+                      "train.schedule=[s1,s2]")
+    with single_process_run_env():
+        run_dir = train.fit_run(cfg)
+    stages = json.loads((run_dir / "run.json").read_text())["stages"]
+    done = json.loads((tmp_path / "cache" / "stages" / stages["s2"]["key"] / "done.json").read_text())
+    (record,) = done["lr"]
+    assert record["updates"] == 3 and record["first"] == pytest.approx(lr) and record["last"] == 0.0
+    assert record["sum"] == pytest.approx(1.5 * lr)
+    first = json.loads((tmp_path / "cache" / "stages" / stages["s1"]["key"] / "done.json").read_text())
+    assert first["lr"][0]["updates"] == STEPS
+
+
+@pytest.mark.fit
+def test_a_stage_that_adds_parameters_records_how_much_they_disturb_its_start(tmp_path):
+    """The valid NLL of the stage-1 checkpoint (as its own last validation logged it) and of the
+    stage-2 model before its first update, with theta_d fresh: `initial_damage` is the difference."""
+    with single_process_run_env():
+        run_dir = train.fit_run(tiny_config(tmp_path, *TWO_STAGES[:-2], "train.stages.s1={arch: transformer}",
+                                            "train.stages.s2={arch: zhang_doc, init_from: s1, max_steps: 2}",
+                                            "train.schedule=[s1,s2]"))
+    stages = json.loads((run_dir / "run.json").read_text())["stages"]
+    first, second = (json.loads((tmp_path / "cache" / "stages" / stages[n]["key"] / "done.json").read_text())
+                     for n in ("s1", "s2"))
+    assert "initial_nll" not in first  # it starts from nothing
+    logged = [row for row in csv.DictReader(open(run_dir / "s1" / "metrics.csv")) if row.get("val/nll")]
+    assert second["parent_nll"] == pytest.approx(float(logged[-1]["val/nll"]), rel=1e-4)
+    assert second["initial_nll"] != second["parent_nll"]  # the fresh gates mix in an untrained read
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["initial_damage"] == pytest.approx(second["initial_nll"] - second["parent_nll"])
+
+
+def test_the_lr_record_survives_a_resume():
+    record = LearningRateRecord()
+    record.records = [{"first": 1.0, "last": 0.5, "sum": 3.0, "updates": 4}]
+    resumed = LearningRateRecord()
+    resumed.load_state_dict(record.state_dict())
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.25)
+    resumed.on_before_optimizer_step(SimpleNamespace(optimizers=[optimizer]), None, optimizer)
+    assert resumed.records == [{"first": 1.0, "last": 0.25, "sum": 3.25, "updates": 5}]
