@@ -13,22 +13,22 @@ import torch
 from lightning_docmt import provenance
 from lightning_docmt.config.composition import compose
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.training import run as train
+from lightning_docmt.training import stages
 from tests.helpers.cli_run import FIT_SETTINGS, docmt, read_json, run_dir_of, write_config
 
 
 def key_of(cfg) -> str:
-    return train.stage_key(train.stage_config(cfg, "main"), "main", "")
+    return stages.stage_key(stages.stage_config(cfg, "main"), "main", "")
 
 
 def test_the_stage_key_changes_with_the_code_and_the_resolved_precision(monkeypatch, tmp_path):
     cfg = compose(None, ["data.corpus=synthetic:tiny", f"data.cache_dir={tmp_path}"], profile="tiny")
     before = key_of(cfg)
     assert key_of(cfg) == before  # stable
-    monkeypatch.setattr(train, "code_fingerprint", lambda: "another-code")
+    monkeypatch.setattr(stages, "code_fingerprint", lambda: "another-code")
     after_fix = key_of(cfg)
     assert after_fix != before
-    monkeypatch.setattr(train, "resolve_precision", lambda setting, accelerator: "bf16-mixed")
+    monkeypatch.setattr(stages, "resolve_precision", lambda setting, accelerator: "bf16-mixed")
     assert key_of(cfg) not in (before, after_fix)
 
 

@@ -211,6 +211,7 @@ def test_contrastive_scoring_with_target_context_stays_allowed(run, target_conte
     assert json.loads(outcome.out)["n"] == n
 
 
+@pytest.mark.subprocess
 def test_translate_and_contrastive_run_without_lightning(run):
     """`docmt translate` and `docmt contrastive` load the trained checkpoint as a plain model
     (`inference/loaded_model.py`): in a fresh process, Lightning never enters `sys.modules`."""
