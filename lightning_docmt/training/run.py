@@ -52,7 +52,7 @@ from lightning_docmt.training.stages import check_stages, resolved_settings, sta
 from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric
 from lightning_docmt.training.update_size import update_size
 
-STAGE_MARKER = "stage.json"  # {"key": stage key} in a stage's run directory: what may resume there
+STAGE_MARKER = "stage.json"  # {"key": stage key, start NLLs} in a stage's run directory: what may resume there
 RUN_DIR_VARIABLE = "DOCMT_RUN_DIR"  # rank zero's run directory, inherited by the ranks it launches
 
 
@@ -145,23 +145,25 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         progress(f"stage '{name}': {len(pretrained)} tensors from the pretrained encoder "
                  f"'{scfg.model.get('pretrained_encoder')}'")
         pretrained_lr_group(module, pretrained, scfg, name)
+    stage_dir = run_dir / name
+    checkpoint = resumable_checkpoint(stage_dir, key) if resume else None
     if init_ckpt is not None:
         missing = load_weights(module, init_ckpt, init_from=f"train.stages.{name}.init_from")
         progress(f"stage '{name}': initialised from {init_ckpt} ({len(missing)} new tensors)")
-        if missing and is_global_zero():  # the new tensors' disturbance, before any update
+        if checkpoint is not None:  # measured when the interrupted run began: the same numbers
+            start = {k: v for k, v in json.loads((stage_dir / STAGE_MARKER).read_text()).items() if k != "key"}
+        elif missing and is_global_zero():  # the new tensors' disturbance, before any update
             start = initial_damage(module, scfg, datamodule, init_ckpt, resolved_settings(scfg)["precision"])
             if start:
                 progress(f"stage '{name}': valid NLL {start['parent_nll']:.4f} before the new tensors, "
                          f"{start['initial_nll']:.4f} with them")
 
-    stage_dir = run_dir / name
-    checkpoint = resumable_checkpoint(stage_dir, key) if resume else None
     if checkpoint is not None:
         progress(f"stage '{name}': resuming from {checkpoint}")
     trainer, checkpointer = build_trainer(scfg, name, stage_dir)  # freezing: StagedUnfreezing
     if trainer.is_global_zero:
         stage_dir.mkdir(parents=True, exist_ok=True)
-        (stage_dir / STAGE_MARKER).write_text(json.dumps({"key": key}) + "\n")
+        (stage_dir / STAGE_MARKER).write_text(json.dumps({"key": key, **start}) + "\n")
     started = time.time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
     best, best_score = checkpointer.best_model_path or checkpointer.last_model_path, checkpointer.best_model_score

@@ -62,6 +62,13 @@ def final_weights(run_dir: Path) -> tuple[dict[str, torch.Tensor], int]:
     return checkpoint["state_dict"], record["stages"]["s2"]["global_step"]
 
 
+def start_of_s2(run_dir: Path) -> dict[str, float]:
+    """The valid NLLs recorded as stage s2 began (its `done.json`): before and with its new tensors."""
+    record = json.loads((run_dir / "run.json").read_text())
+    done = json.loads((Path(record["checkpoint"]).parent / "done.json").read_text())
+    return {k: done[k] for k in ("initial_nll", "parent_nll")}
+
+
 def write_run_config(workdir: Path) -> Path:
     workdir.mkdir()
     config = workdir / "run.yaml"
@@ -70,11 +77,12 @@ def write_run_config(workdir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> tuple[dict[str, torch.Tensor], int]:
+def uninterrupted(tmp_path_factory) -> tuple[dict[str, torch.Tensor], int, dict[str, float]]:
     workdir = tmp_path_factory.mktemp("resume") / "uninterrupted"
     config = write_run_config(workdir)
     done = fit(workdir, str(config), "--profile", "tiny", f"data.cache_dir={workdir / 'cache'}")
-    return final_weights(Path(done.stdout.strip().splitlines()[-1]))
+    run_dir = Path(done.stdout.strip().splitlines()[-1])
+    return (*final_weights(run_dir), start_of_s2(run_dir))
 
 
 @pytest.mark.fit
@@ -98,8 +106,10 @@ def test_a_killed_fit_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, u
     assert not (run_dir / "metrics.json").exists()  # it really was interrupted mid-stage
     done = fit(workdir, "--resume", str(run_dir))
     assert "resuming from" in done.stdout and "reusing" in done.stdout  # s1 from the stage cache
+    assert "before the new tensors" not in done.stdout  # s2's start was measured once, not again
     weights, steps = final_weights(run_dir)
-    expected, expected_steps = uninterrupted
+    expected, expected_steps, expected_start = uninterrupted
+    assert start_of_s2(run_dir) == expected_start  # kept from the interrupted run's stage marker
     assert steps == expected_steps
     assert weights.keys() == expected.keys()
     for name, tensor in weights.items():
