@@ -19,6 +19,7 @@ from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.loaded_model import load_checkpoint
 from lightning_docmt.training import run as train
+from lightning_docmt.training import stages
 from lightning_docmt.training.module import DocMTModule
 from tests.helpers.cli_run import docmt
 from tests.helpers.stage_fits import tiny_config, weights
@@ -153,7 +154,7 @@ def test_the_averaged_checkpoint_loads_and_its_recorded_validation_is_its_own(av
     averaging = averaged_run["run_dir"] / "main" / "averaging"
     loaded = load_checkpoint(averaging / "averaged.ckpt")  # hyper-parameters + vocabularies inside
     summary = json.loads((averaging / "average.json").read_text())
-    cfg = train.stage_config(averaged_run["cfg"], "main")
+    cfg = stages.stage_config(averaged_run["cfg"], "main")
     datamodule = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context)
     trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                          enable_model_summary=False)

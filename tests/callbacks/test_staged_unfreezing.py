@@ -20,7 +20,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS, THETA_S_GLOBS
-from lightning_docmt.training import run as train
+from lightning_docmt.training import stages
 from lightning_docmt.training.schedules import lr_at
 from tests.helpers.stage_fits import StepRecorder, fit_stage, tiny_config
 
@@ -192,7 +192,7 @@ def test_resume_restores_the_frozen_set_the_groups_and_the_trajectory(milestone_
 def test_a_bad_policy_fails_before_anything_trains(root, overrides, key, text):
     cfg = tiny_config(root, "model.arch=zhang_doc", "context.prev_sentences=1", *overrides)
     with pytest.raises(DocMTInputError, match="nothing|nowhere|lr is required|exactly one") as err:
-        train.check_stages(cfg)
+        stages.check_stages(cfg)
     assert f"key '{key}'" in str(err.value) and text in str(err.value)
 
 

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.training import run as train
+from lightning_docmt.training import stages
 from lightning_docmt.training.module import DocMTModule
 from tests.helpers.run_env import single_process_run_env
 
@@ -44,7 +45,7 @@ class StageFit:
 
 def fit_stage(cfg: DictConfig, name: str, out_dir: Path, *, init_from: Path | None = None,
               ckpt_path: Path | None = None, callbacks: Sequence[pl.Callback] = ()) -> StageFit:
-    scfg = train.stage_config(cfg, name)
+    scfg = stages.stage_config(cfg, name)
     pl.seed_everything(scfg.train.seed, workers=True)
     datamodule = DocumentWindowDataModule(scfg.data, scfg.vocab, scfg.context, seed=scfg.train.seed)
     datamodule.prepare_data()

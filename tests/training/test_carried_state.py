@@ -24,7 +24,7 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.loaded_model import LoadedModel
 from lightning_docmt.inference.translate import explain_selection, translate_documents
 from lightning_docmt.nn.carried_state import CarriedState
-from lightning_docmt.training import run as train
+from lightning_docmt.training import stages
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.trainer import MID_EPOCH_RESUME_WARNING
 from tests.helpers.hook_stand_ins import CARRYING, RESET, Sentence
@@ -132,7 +132,7 @@ def test_the_state_follows_documents_whose_rows_move():
 def test_a_carrying_model_needs_document_order(tmp_path, hook_archs):
     cfg = tiny_config(tmp_path, f"model.arch={CARRYING}")
     with pytest.raises(DocMTInputError, match="data.document_order=true") as err:
-        train.check_stages(cfg)
+        stages.check_stages(cfg)
     assert "key 'data.document_order'" in str(err.value)
     with pytest.raises(DocMTInputError, match="key 'data.document_order'"):
         DocMTModule(OmegaConf.to_container(cfg, resolve=True), 16, 16)
@@ -142,7 +142,7 @@ def test_document_order_needs_at_least_one_document_per_batch(tmp_path, hook_arc
     cfg = tiny_config(tmp_path, f"model.arch={CARRYING}", "data.document_order=true",
                       "data.max_documents=0")
     with pytest.raises(DocMTInputError, match="key 'data.max_documents'"):
-        train.check_stages(cfg)
+        stages.check_stages(cfg)
 
 
 def test_sentence_by_sentence_inference_of_a_carrying_model_is_refused(tmp_path, hook_archs):

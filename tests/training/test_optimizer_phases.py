@@ -17,7 +17,7 @@ import torch
 
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.model_hooks import OptimizerPhase
-from lightning_docmt.training import run as train
+from lightning_docmt.training import stages
 from lightning_docmt.training import trainer as trainer_factory
 from lightning_docmt.training.optimizer_phases import PhaseCycle
 from tests.helpers.hook_stand_ins import PHASE_GLOBS, PHASE_STEPS, PHASED, PhaseRecorder, phase_of
@@ -122,5 +122,5 @@ def test_settings_the_phases_cannot_work_with_fail_before_training(tmp_path, hoo
                                                                    key, text):
     cfg = tiny_config(tmp_path, f"model.arch={PHASED}", *overrides)
     with pytest.raises(DocMTInputError) as err:
-        train.check_stages(cfg)
+        stages.check_stages(cfg)
     assert f"key '{key}'" in str(err.value) and text in str(err.value)

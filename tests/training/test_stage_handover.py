@@ -20,6 +20,7 @@ import torch
 from lightning_docmt.callbacks.lr_record import LearningRateRecord
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.training import run as train
+from lightning_docmt.training import stages
 from tests.helpers.run_env import single_process_run_env
 from tests.helpers.stage_fits import tiny_config
 
@@ -65,12 +66,12 @@ def test_a_stage_that_trains_new_parameters_may_not_continue_a_linear_decay_from
     cfg = tiny_config(tmp_path, *TWO_STAGES, "train.optim.schedule=linear_warmup_linear_decay",
                       "train.optim.warmup_steps=2")
     with pytest.raises(DocMTInputError, match=r"train\.stages\.s2\.continue_schedule") as err:
-        train.check_stages(cfg)
+        stages.check_stages(cfg)
     assert "0.17 of the peak" in str(err.value) and "summed lr" in str(err.value)
-    train.check_stages(tiny_config(tmp_path, *TWO_STAGES))  # the inverse sqrt never reaches 0
+    stages.check_stages(tiny_config(tmp_path, *TWO_STAGES))  # the inverse sqrt never reaches 0
     no_new = tiny_config(tmp_path, *TWO_STAGES, "train.optim.schedule=linear_warmup_linear_decay",
                          "train.optim.warmup_steps=2", "train.stages.s2.arch=transformer")
-    train.check_stages(no_new)  # further training of the same parameters may run on the tail
+    stages.check_stages(no_new)  # further training of the same parameters may run on the tail
 
 
 @pytest.mark.fit

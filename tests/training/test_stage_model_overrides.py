@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.training import run as train
+from lightning_docmt.training import stages
 from tests.helpers.stage_fits import tiny_config
 
 COATTN = ["model.arch=lifeng_coattn", "context.prev_sentences=2", "model.rl.lr_scale=0.1",
@@ -16,28 +16,28 @@ COATTN = ["model.arch=lifeng_coattn", "context.prev_sentences=2", "model.rl.lr_s
 
 def test_a_stage_model_setting_is_deep_merged_into_that_stage_only(tmp_path):
     cfg = tiny_config(tmp_path, *COATTN)
-    first, second = train.stage_config(cfg, "coattn"), train.stage_config(cfg, "sparse")
+    first, second = stages.stage_config(cfg, "coattn"), stages.stage_config(cfg, "sparse")
     assert first.model.rl.selection_cost == 0.0 and second.model.rl.selection_cost == 0.02
     assert second.model.rl.lr_scale == 0.1 and second.model.rl.reward == "seq_prob"  # the rest of rl kept
-    assert train.stage_key(first, "coattn", "") != train.stage_key(second, "coattn", "")
+    assert stages.stage_key(first, "coattn", "") != stages.stage_key(second, "coattn", "")
 
 
 def test_a_stage_model_setting_the_stage_arch_lacks_names_its_key(tmp_path):
     cfg = tiny_config(tmp_path, "train.stages.main.model={rl: {samples: 2}}")  # a transformer run
     with pytest.raises(DocMTInputError, match=r"train\.stages\.main\.model\.rl"):
-        train.stage_config(cfg, "main")
+        stages.stage_config(cfg, "main")
 
 
 def test_a_stage_validates_at_its_own_interval_and_the_others_at_the_runs(tmp_path):
     cfg = tiny_config(tmp_path, "train.val_every_steps=900", "train.stages.base={}",
                       "train.stages.short={init_from: base, max_steps: 600, val_every_steps: 300}",
                       "train.schedule=[base,short]")
-    base, short = train.stage_config(cfg, "base"), train.stage_config(cfg, "short")
+    base, short = stages.stage_config(cfg, "base"), stages.stage_config(cfg, "short")
     assert (base.train.val_every_steps, short.train.val_every_steps) == (900, 300)
     assert cfg.train.val_every_steps == 900  # the run's config is untouched
     bad = tiny_config(tmp_path, "train.stages.main={val_every_steps: 0}")
     with pytest.raises(DocMTInputError, match=r"train\.stages\.main\.val_every_steps.*positive"):
-        train.stage_config(bad, "main")
+        stages.stage_config(bad, "main")
 
 
 def test_the_optimizer_is_selectable_and_the_rnn_preset_uses_adagrad(tmp_path):
@@ -70,8 +70,8 @@ def test_every_rnn_row_shares_one_baseline_stage(tmp_path):
     rows = [["model.context=separated", "context.side=target", "context.prev_sentences=1"],
             ["model.context=shared", "context.side=mix", "eval.context_usage=false"]]
     configs = [tiny_config(tmp_path, *base, *row) for row in rows]
-    keys = [train.stage_key(train.stage_config(c, "base"), "base", "") for c in configs]
+    keys = [stages.stage_key(stages.stage_config(c, "base"), "base", "") for c in configs]
     assert keys[0] == keys[1]
-    contexts = [train.stage_key(train.stage_config(c, "ctx"), "ctx", keys[0]) for c in configs]
+    contexts = [stages.stage_key(stages.stage_config(c, "ctx"), "ctx", keys[0]) for c in configs]
     assert contexts[0] != contexts[1]
-    assert train.stage_config(configs[0], "base").context.prev_sentences == 0
+    assert stages.stage_config(configs[0], "base").context.prev_sentences == 0
