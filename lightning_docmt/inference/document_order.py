@@ -30,7 +30,6 @@ from lightning_docmt.data.collate import collate
 from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.inference.own_outputs import OutputTokens, WithOwnTargets
 from lightning_docmt.nn.carried_state import CarriedState
-from lightning_docmt.nn.model_hooks import CARRY_KEY
 from lightning_docmt.nn.seq2seq import Seq2SeqModel
 
 
@@ -60,7 +59,7 @@ class DocumentOrderWalk:
             rows = collate(self._own_split, batch["sent_index"].tolist(), self.window)
             batch = {**batch, **{key: rows[key].to(batch["src"].device) for key in ("ctx_tgt", "ctx_tgt_seg")}}
         if self.carried is not None:
-            batch = {**batch, CARRY_KEY: self.carried.rows(batch, self.model.initial_carry(batch))}
+            batch = self.carried.attach(batch, self.model)
         return batch
 
     def hand_on(self, batch: dict[str, Any], carry: Any) -> None:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from lightning_docmt.nn.model_hooks import CARRY_KEY
 from lightning_docmt.nn.seq2seq import select_rows
 
 
@@ -91,6 +92,11 @@ class CarriedState:
             return torch.where(found.view(-1, *[1] * (kept.dim() - 1)), kept, reset)  # (B, ...)
 
         return map_tensors(where_found, initial, carried)  # the model's structure (from a checkpoint: plain)
+
+    def attach(self, batch: dict[str, Tensor], model: Any) -> dict[str, Any]:
+        """`batch` with every row's carried state under `CARRY_KEY` (`rows`, with the `model`'s
+        `initial_carry` where none is carried): what the model reads."""
+        return {**batch, CARRY_KEY: self.rows(batch, model.initial_carry(batch))}
 
     def keep(self, batch: dict[str, Tensor], value: Any) -> None:
         """Remember the state `value` that the rows of `batch` hand to their next sentences."""

@@ -46,7 +46,7 @@ from lightning_docmt.distributed import gather_objects
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.own_outputs import OutputTokens
 from lightning_docmt.nn.carried_state import CarriedState
-from lightning_docmt.nn.model_hooks import CARRY_KEY, LossTerms
+from lightning_docmt.nn.model_hooks import LossTerms
 from lightning_docmt.nn.output_loss import output_loss_of
 from lightning_docmt.nn.seq2seq import Seq2SeqModel
 from lightning_docmt.training.evaluation_loop import EvaluationLoop
@@ -119,20 +119,19 @@ class DocMTModule(pl.LightningModule):
     def loss_terms(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(label-smoothed loss sum, NLL sum, target tokens) of a batch (teacher forcing), outside
         any optimizer phase; a model with `carries_state` reads its state from `batch[CARRY_KEY]`."""
-        _, terms = self.batch_terms(batch, carried=None)
+        terms = self.batch_terms(batch, carried=None)
         return terms.loss_sum, terms.nll_sum, terms.tokens
 
     def batch_terms(self, batch: dict[str, torch.Tensor], carried: CarriedState | None,
-                    phase: str | None = None) -> tuple[dict[str, torch.Tensor], LossTerms]:
-        """The model's loss terms of `batch` in `phase`, and the batch as the model saw it: with
-        `carried` (a carrying model), the batch gets the carried rows and `carried` keeps the
-        rows the model hands to the next sentences."""
+                    phase: str | None = None) -> LossTerms:
+        """The model's loss terms of `batch` in `phase`; with `carried` (a carrying model), the batch
+        gets the carried rows and `carried` keeps the rows the model hands to the next sentences."""
         if carried is not None:
-            batch = {**batch, CARRY_KEY: carried.rows(batch, self.model.initial_carry(batch))}
+            batch = carried.attach(batch, self.model)
         terms = self.model.loss_terms(batch, self.output_loss, phase)
         if carried is not None:
             carried.keep(batch, terms.carry)
-        return batch, terms
+        return terms
 
     def scaled_loss(self, terms: LossTerms) -> torch.Tensor:
         """The loss to backpropagate for one batch: this rank's loss sum over `data.max_tokens`.
@@ -176,7 +175,7 @@ class DocMTModule(pl.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor | None:
         phase = self.phases.current.name if self.phases is not None else None
-        _, terms = self.batch_terms(batch, self._train_carry, phase)
+        terms = self.batch_terms(batch, self._train_carry, phase)
         ntok_f = terms.tokens.clamp(min=1).float()
         bsz = int(batch["src"].size(0))
         self.log("train/loss", terms.loss_sum / ntok_f, prog_bar=True, batch_size=bsz)  # this rank's
