@@ -61,7 +61,8 @@ class StageResult:
     name: str
     key: str
     checkpoint: Path
-    global_step: int
+    global_step: int  # the optimizer updates of this stage behind `checkpoint`
+    schedule_step: int  # where the lr schedule stands at `checkpoint`: global_step plus the step it continued from
     reused: bool
 
 
@@ -128,7 +129,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     if done.is_file():
         info = json.loads(done.read_text())
         progress(f"stage '{name}': reusing {store} (trained before with the same config)")
-        return StageResult(name, key, store / "final.ckpt", info["global_step"], reused=True)
+        return StageResult(name, key, store / "final.ckpt", info["global_step"], info["schedule_step"], reused=True)
 
     start: dict[str, float] = {}
     pl.seed_everything(scfg.train.seed, workers=True)
@@ -136,7 +137,8 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     datamodule.prepare_data()
     datamodule.setup("fit")
     init_ckpt = init.checkpoint if init else (Path(stage.init_from) if stage.init_from else None)
-    step_offset = init.global_step if (init and stage.continue_schedule) else 0
+    # a chain of continuing stages continues one schedule: each starts where its parent's checkpoint stands on it
+    step_offset = init.schedule_step if (init and stage.continue_schedule) else 0
     module = build_module(scfg, datamodule, step_offset=step_offset, lr_override=stage.lr)
     # Pretrained checkpoints first (nn/pretrained.py), so that an init_from checkpoint's tensors win
     # and the parameters it lacks (e.g. Zhang's theta_d in step 2) keep the pretrained start.
@@ -181,7 +183,8 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         os.replace(tmp, store / "final.ckpt")
         # The stage's step is that of the checkpoint it hands on (the best one, not the last), so
         # that a next stage with `continue_schedule` continues the schedule where its weights were.
-        info = {"global_step": final["global_step"], "trained_steps": trainer.global_step,
+        info = {"global_step": final["global_step"], "schedule_step": step_offset + final["global_step"],
+                "trained_steps": trainer.global_step,
                 "best": str(best), "stage": name, "seconds": round(time.time() - started, 1),
                 "best_score": _scalar(best_score),
                 "validation": validation_curve(stage_dir, monitor_metric(scfg)[0]),
@@ -189,7 +192,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         done.write_text(json.dumps(info, indent=1) + "\n")
     trainer.strategy.barrier()
     info = json.loads(done.read_text())  # every rank: what rank zero recorded
-    return StageResult(name, key, store / "final.ckpt", info["global_step"], reused=False)
+    return StageResult(name, key, store / "final.ckpt", info["global_step"], info["schedule_step"], reused=False)
 
 
 def stage_records(results: dict[str, StageResult], schedule: list[str]) -> list[dict]:

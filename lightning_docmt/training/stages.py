@@ -139,7 +139,8 @@ def check_stages(cfg: DictConfig) -> None:
     without loading it).
     """
     check_average_config(cfg.train.average.checkpoints, cfg.train.average.rule)
-    stages: dict[str, tuple[DictConfig, list[str]]] = {}
+    # name: (its config, its parameter names, the schedule's step at its end)
+    stages: dict[str, tuple[DictConfig, list[str], int | None]] = {}
     for name in cfg.train.schedule:
         scfg = stage_config(cfg, name)
         if scfg.data.max_documents < 1:
@@ -153,32 +154,49 @@ def check_stages(cfg: DictConfig) -> None:
         check_training_hooks(model_class, phases, scfg, name, names)
         check_pretrained_lr_scale(scfg, name, phases)
         update_size(scfg, world_size=1)  # conflicting settings; the world size is checked at build
-        check_continuation(scfg, name, names, stages.get(scfg.train.stages[name].init_from))
-        stages[name] = (scfg, names)
+        parent = stages.get(scfg.train.stages[name].init_from)
+        check_continuation(scfg, name, names, parent)
+        stages[name] = (scfg, names, schedule_end(scfg, name, parent))
+
+
+def schedule_end(scfg: DictConfig, name: str, parent: tuple[DictConfig, list[str], int | None] | None) -> int | None:
+    """The lr schedule's step at the end of stage `name`: its `max_steps`, after its parent's end if it
+    continues the parent's schedule; None when a length is bounded by epochs or time (not known yet)."""
+    steps = stage_steps(scfg, name)
+    offset = parent[2] if parent is not None and scfg.train.stages[name].continue_schedule else 0
+    return None if steps <= 0 or offset is None else offset + steps
 
 
 def check_continuation(scfg: DictConfig, name: str, names: list[str],
-                       parent: tuple[DictConfig, list[str]] | None) -> None:
+                       parent: tuple[DictConfig, list[str], int | None] | None) -> None:
     """A stage with `continue_schedule` trains at what is left of its parent's schedule (trap K9):
     refused when it trains parameters its parent stage lacks and the schedule decays to 0 from
     below `schedules.CONTINUATION_FLOOR` of its peak at the stage's first update; otherwise the
-    first and last lr and the summed lr are printed. The parent's step is taken as its `max_steps`
-    (the stage hands on its best checkpoint, which is at most that far)."""
+    first and last lr and the summed lr are printed. The parent's schedule step is taken as where
+    its `max_steps` end it (the stage hands on its best checkpoint, which is at most that far); in
+    a chain of continuing stages that includes the steps its own parent ended at."""
     stage = scfg.train.stages[name]
     if not stage.continue_schedule or parent is None:
         return
-    parent_cfg, parent_names = parent
+    parent_cfg, parent_names, offset = parent
     parent_name = stage.init_from
     optim = scfg.train.optim
     lr = stage_lr(scfg, name)
-    steps, offset = stage_steps(scfg, name), stage_steps(parent_cfg, parent_name)
-    if steps <= 0 or offset <= 0:
+    mine = (optim.schedule, optim.warmup_steps, lr)
+    theirs = (parent_cfg.train.optim.schedule, parent_cfg.train.optim.warmup_steps, stage_lr(parent_cfg, parent_name))
+    if mine != theirs:
+        raise DocMTInputError(
+            f"continues the schedule of stage '{parent_name}' (schedule, warm-up, peak lr {theirs}) with another one "
+            f"{mine}: a continuation is the same schedule further on; give the stage a schedule of its own "
+            f"(continue_schedule: false) or the parent's settings", key=f"train.stages.{name}.continue_schedule")
+    steps = stage_steps(scfg, name)
+    if steps <= 0 or not offset:
         return  # bounded by epochs or time: the length is not known before training
     lrs = continuation_summary(schedule=optim.schedule, lr=lr, warmup=optim.warmup_steps,
                                d_model=scfg.model.d_model, step_offset=offset, stage_steps=steps)
     new = [n for n in set(names) - set(parent_names) if matches(n, stage.trainable)]
-    numbers = (f"continuing the '{optim.schedule}' schedule after {offset} updates of stage "
-               f"'{parent_name}', its {steps} updates train at lr {lrs['first']:.3g} -> {lrs['last']:.3g} "
+    numbers = (f"continuing the '{optim.schedule}' schedule of stage '{parent_name}' from its step {offset}, "
+               f"its {steps} updates train at lr {lrs['first']:.3g} -> {lrs['last']:.3g} "
                f"({lrs['first'] / lrs['peak']:.2f} of the peak {lrs['peak']:.3g}), summed lr {lrs['sum']:.3g}")
     if new and optim.schedule in NEEDS_TOTAL and lrs["first"] < CONTINUATION_FLOOR * lrs["peak"]:
         raise DocMTInputError(

@@ -3,9 +3,10 @@ continuations of a schedule are refused (trap K9); the lr each stage trained at 
 
 A stage's final checkpoint is its best on validation, which need not be its last update; a next
 stage with `continue_schedule` must continue the learning-rate schedule from the step of the
-weights it starts from (reading Z9 in docs/papers/zhang2018.md). The test makes the handed-on
-checkpoint report an earlier step than the stage's last, as a best checkpoint from an earlier
-validation would, and checks what stage 2 is built with.
+weights it starts from (reading Z9 in docs/papers/zhang2018.md), and a chain of continuing stages
+continues one schedule. The test makes the handed-on checkpoint report an earlier step than the
+stage's last, as a best checkpoint from an earlier validation would, and checks what stages 2 and
+3 are built with.
 """
 
 from __future__ import annotations
@@ -30,10 +31,13 @@ TWO_STAGES = ["model.arch=zhang_doc", "context.prev_sentences=1", f"train.max_st
               "train.stages.s1={arch: transformer}",
               "train.stages.s2={arch: zhang_doc, init_from: s1, continue_schedule: true, max_steps: 2}",
               "train.schedule=[s1,s2]"]
+CHAIN = [*TWO_STAGES, "train.stages.s3={arch: zhang_doc, init_from: s2, continue_schedule: true, max_steps: 2}",
+         "train.schedule=[s1,s2,s3]"]
 
 
 @pytest.mark.fit
-def test_the_next_stage_continues_from_the_step_of_the_checkpoint_it_starts_from(tmp_path, monkeypatch):
+def test_each_stage_of_a_chain_continues_from_where_its_parents_checkpoint_stands_on_the_schedule(
+        tmp_path, monkeypatch):
     read = train.read_checkpoint
 
     def best_from_an_earlier_validation(path):
@@ -52,12 +56,17 @@ def test_the_next_stage_continues_from_the_step_of_the_checkpoint_it_starts_from
     monkeypatch.setattr(train, "read_checkpoint", best_from_an_earlier_validation)
     monkeypatch.setattr(train, "build_module", recording)
     with single_process_run_env():
-        run_dir = train.fit_run(tiny_config(tmp_path, *TWO_STAGES))
+        run_dir = train.fit_run(tiny_config(tmp_path, *CHAIN))
     stages = json.loads((run_dir / "run.json").read_text())["stages"]
     assert stages["s1"]["global_step"] == BEST_STEP  # not STEPS, the stage's last update
-    assert offsets[:2] == [0, BEST_STEP]  # s1 from scratch; s2 continues at the checkpoint's step
-    done = json.loads((tmp_path / "cache" / "stages" / stages["s1"]["key"] / "done.json").read_text())
-    assert (done["global_step"], done["trained_steps"]) == (BEST_STEP, STEPS)
+    # s1 from scratch; s2 continues at its checkpoint's step; s3 after s2's 2 updates on top of that,
+    # not at s2's own step count (which would run the schedule back to its start)
+    assert offsets[:3] == [0, BEST_STEP, BEST_STEP + 2]
+    done = {name: json.loads((tmp_path / "cache" / "stages" / stages[name]["key"] / "done.json").read_text())
+            for name in ("s1", "s2")}
+    assert (done["s1"]["global_step"], done["s1"]["trained_steps"], done["s1"]["schedule_step"]) == (BEST_STEP, STEPS,
+                                                                                                     BEST_STEP)
+    assert (done["s2"]["global_step"], done["s2"]["schedule_step"]) == (2, BEST_STEP + 2)
 
 
 def test_a_stage_that_trains_new_parameters_may_not_continue_a_linear_decay_from_near_zero(tmp_path):
@@ -72,6 +81,22 @@ def test_a_stage_that_trains_new_parameters_may_not_continue_a_linear_decay_from
     no_new = tiny_config(tmp_path, *TWO_STAGES, "train.optim.schedule=linear_warmup_linear_decay",
                          "train.optim.warmup_steps=2", "train.stages.s2.arch=transformer")
     stages.check_stages(no_new)  # further training of the same parameters may run on the tail
+
+
+def test_a_chain_of_continuations_is_checked_where_it_stands_on_the_schedule(tmp_path, capsys):
+    """s3 continues s2, which continued s1's 6 updates for 2: s3 starts at update 9 of the schedule,
+    and the printed numbers say so."""
+    stages.check_stages(tiny_config(tmp_path, *CHAIN))
+    printed = capsys.readouterr().out
+    assert "stage 's3': continuing the 'linear_warmup_inverse_sqrt' schedule of stage 's2' from its step 8" in printed
+
+
+def test_a_continuation_on_another_schedule_is_refused(tmp_path):
+    """Continuing means the parent's schedule further on: another warm-up or peak lr would make the
+    schedule jump where the stages meet."""
+    for change in ("train.stages.s2.optim={warmup_steps: 50}", "train.stages.s2.lr=0.5"):
+        with pytest.raises(DocMTInputError, match=r"train\.stages\.s2\.continue_schedule.*same schedule further on"):
+            stages.check_stages(tiny_config(tmp_path, *TWO_STAGES, change))
 
 
 @pytest.mark.fit
