@@ -1,0 +1,152 @@
+"""The parallel attention stack of Donato, Yu & Dyer 2021, "Diverse Pretrained Context Encodings
+Improve Document Translation" (docs/papers/pretrained_context.md section 2).
+
+In a layer, beside one of its sublayers (the branch point: the encoder's self-attention; the
+decoder's encoder-decoder attention, reading D3), a stack of attention blocks reads external
+memories M_1..M_K (BERT or PEGASUS encodings projected to the model width, `nn/memory.py`), each
+block's queries the previous block's output:
+
+    R   = the branch point's block(X)            X: the branch point's input (B, T, D)
+    S_1 = AttnBlock(M_1, M_1, X)
+    S_k = AttnBlock(M_k, M_k, S_{k-1}),   k = 2..K
+    T   = DropBranch(R, S_K) in training,   1/2 (R + S_K) in evaluation
+    AttnBlock(K, V, Q) = LN(Attn(K, V, Q)) + Q
+    DropBranch(R, S)   = R if u >= 1/2 else S,   u ~ U(0, 1)
+
+and the layer goes on from T (its FFN). Readings (docs/papers/pretrained_context.md section 7):
+- D1: AttnBlock is taken literally, the LayerNorm on the attention output and the residual adding
+  the query after it; dropout (whose place the paper does not give) acts on the attention output,
+  before the LayerNorm, as in the Transformer's own sublayers.
+- D2: one u per layer and training forward pass, shared by the batch (BERT-fused's drop-net).
+  DropBranch returns R or S bit for bit, never a mixture; the mean is for evaluation only.
+  The draws are a function of (`seed`, the layer, the number of training passes so far), and that
+  number is a buffer of the module: a resumed run draws what the uninterrupted run would have.
+
+Both branches are computed in training and the chosen one is selected with `torch.where`, so the
+other branch's parameters get a zero gradient rather than none (DDP needs every parameter in the
+graph; BERT-fused's drop-net multiplies by 0 or 1 for the same reason).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from lightning_docmt.nn.attention import AttentionCache, MultiHeadAttention
+from lightning_docmt.nn.layers import LayerCache, LayerInputs, TransformerLayer
+from lightning_docmt.nn.residual import LAYER_NORM_EPS
+
+STACK = "context_stack"
+"""The name of the stack's entry in a `ParallelStackLayer` (parameters `layers.<i>.context_stack.*`)."""
+
+
+class AttnBlock(nn.Module):
+    """`AttnBlock(K, V, Q) = LN(dropout(Attn(K, V, Q))) + Q` over the memory `inputs.memories[memory]`
+    (reading D1). Parameters: `attn.*` (Xavier-uniform, `nn/attention.py`) and `norm.*`."""
+
+    def __init__(self, d_model: int, heads: int, memory: str, attn_dropout: float = 0.0, dropout: float = 0.0):
+        super().__init__()
+        self.attn = MultiHeadAttention(d_model, heads, attn_dropout)
+        self.norm = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        self.dropout = nn.Dropout(dropout)
+        self.memory = memory
+
+    def new_cache(self, inputs: LayerInputs) -> AttentionCache:
+        """The memory's keys and values, projected once for every decoding step."""
+        return self.attn.static_cache(inputs.memories[self.memory].states)
+
+    def forward(self, query: Tensor, inputs: LayerInputs, cache: Optional[AttentionCache] = None) -> Tensor:
+        """query (B, T, D) -> (B, T, D)."""
+        memory = inputs.memories[self.memory]
+        return self.norm(self.dropout(self.attn(query, memory.states, memory.mask, False, cache))) + query
+
+
+def branch_draw(seed: int, layer: int, draw: int) -> float:
+    """u ~ U(0, 1) for `layer`'s `draw`-th training pass: a function of its three arguments only
+    (blake2b of them, 53 bits), so layers draw independently and a resumed run repeats the draws."""
+    digest = hashlib.blake2b(f"{seed}:{layer}:{draw}".encode(), digest_size=8).digest()
+    return (int.from_bytes(digest, "little") >> 11) / float(1 << 53)
+
+
+class DropBranch(nn.Module):
+    """`DropBranch(R, S)` in training, `1/2 (R + S)` in evaluation (reading D2).
+
+    `draws` (a buffer, saved with the model) counts the training passes of this layer so far.
+    """
+
+    def __init__(self, layer: int, seed: int = 0):
+        super().__init__()
+        self.layer, self.seed = layer, seed
+        self.register_buffer("draws", torch.zeros((), dtype=torch.long))
+
+    def keeps_original(self) -> bool:
+        """Draw the next u: True keeps R (u >= 1/2), False takes S. Counts the draw."""
+        u = branch_draw(self.seed, self.layer, int(self.draws))
+        self.draws += 1
+        return u >= 0.5
+
+    def forward(self, original: Tensor, stack: Tensor) -> Tensor:
+        """R, S (B, T, D) -> T (B, T, D)."""
+        if not self.training:
+            return 0.5 * (original + stack)
+        keep = torch.tensor(self.keeps_original(), device=original.device)
+        return torch.where(keep, original, stack)  # one branch bit for bit; both stay in the graph
+
+
+class ContextStack(nn.Module):
+    """`S_K` from the branch point's input: the `AttnBlock`s in order, then `DropBranch` with R.
+
+    Parameters: `blocks.<k>.*` (one block per memory, in the order given) and the buffer
+    `drop_branch.draws`.
+    """
+
+    def __init__(self, d_model: int, heads: int, memories: list[str], layer: int, *, seed: int = 0,
+                 attn_dropout: float = 0.0, dropout: float = 0.0):
+        super().__init__()
+        if not memories:
+            raise ValueError("a context stack needs at least one memory")
+        self.blocks = nn.ModuleList(AttnBlock(d_model, heads, memory, attn_dropout, dropout) for memory in memories)
+        self.drop_branch = DropBranch(layer, seed)
+
+    def new_cache(self, inputs: LayerInputs) -> list[AttentionCache]:
+        return [block.new_cache(inputs) for block in self.blocks]
+
+    def forward(self, x: Tensor, inputs: LayerInputs, cache: Optional[list[AttentionCache]] = None) -> Tensor:
+        """S_K (B, T, D) from the branch point's input x (B, T, D)."""
+        for index, block in enumerate(self.blocks):
+            x = block(x, inputs, None if cache is None else cache[index])
+        return x
+
+
+class ParallelStackLayer(TransformerLayer):
+    """A `TransformerLayer` whose sublayer `branch_at` runs beside a `ContextStack` (entry `STACK`,
+    which the sublayer loop skips): T = DropBranch(branch_at(X), stack(X)), and the layer goes on
+    from T. The other sublayers and their names are the layer's own, so a sentence Transformer's
+    checkpoint loads into it with only the stack's parameters missing."""
+
+    def __init__(self, layer: TransformerLayer, branch_at: str, stack: ContextStack):
+        super().__init__(dict(layer.items()))
+        if branch_at not in self:
+            raise KeyError(f"no sublayer {branch_at!r} in {list(self.keys())}")
+        self[STACK] = stack
+        self.branch_at = branch_at
+
+    def new_cache(self, inputs: LayerInputs) -> LayerCache:
+        caches = {name: block.fn.new_cache(inputs) for name, block in self.items()
+                  if name != STACK and hasattr(block.fn, "new_cache")}
+        caches[STACK] = self[STACK].new_cache(inputs)
+        return caches
+
+    def forward(self, x: Tensor, inputs: LayerInputs, cache: Optional[LayerCache] = None) -> Tensor:
+        stack: ContextStack = self[STACK]
+        for name, block in self.items():
+            if name == STACK:
+                continue
+            original = block(x, inputs, None if cache is None else cache.get(name))
+            if name == self.branch_at:
+                original = stack.drop_branch(original, stack(x, inputs, None if cache is None else cache[STACK]))
+            x = original
+        return x

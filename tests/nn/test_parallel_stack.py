@@ -1,0 +1,154 @@
+"""The parallel attention stack and DropBranch (Donato et al. 2021, `nn/parallel_stack.py`)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lightning_docmt.config.schema import ModelConfig
+from lightning_docmt.nn.attention import AttentionMemory
+from lightning_docmt.nn.layers import LayerInputs, decoder_layer, encoder_layer
+from lightning_docmt.nn.parallel_stack import (
+    STACK,
+    AttnBlock,
+    ContextStack,
+    DropBranch,
+    ParallelStackLayer,
+)
+from lightning_docmt.nn.residual import LAYER_NORM_EPS
+
+D, H = 16, 4
+DRAWS = 2000
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def cfg() -> ModelConfig:
+    return ModelConfig(d_model=D, heads=H, ffn_dim=32, dropout=0.0)
+
+
+def memories(batch: int = 2) -> dict[str, AttentionMemory]:
+    pad_a = torch.tensor([[False] * 5, [False, False, True, True, True]])
+    pad_b = torch.tensor([[False] * 7, [False] * 3 + [True] * 4])
+    return {"memory": AttentionMemory.from_padding(torch.randn(batch, 6, D), torch.zeros(batch, 6, dtype=torch.bool)),
+            "bert": AttentionMemory.from_padding(torch.randn(batch, 5, D), pad_a),
+            "pegasus": AttentionMemory.from_padding(torch.randn(batch, 7, D), pad_b)}
+
+
+def stacked(layer, branch_at: str, index: int = 0, seed: int = 0) -> ParallelStackLayer:
+    return ParallelStackLayer(layer, branch_at, ContextStack(D, H, ["bert", "pegasus"], index, seed=seed))
+
+
+def test_an_attn_block_is_layer_norm_of_the_attention_plus_its_query():
+    block = AttnBlock(D, H, "bert").eval()
+    inputs = LayerInputs(memories=memories())
+    query = torch.randn(2, 4, D)
+    memory = inputs.memories["bert"]
+    attended = block.attn(query, memory.states, memory.mask)
+    expected = torch.nn.functional.layer_norm(attended, (D,), eps=LAYER_NORM_EPS) + query
+    assert torch.allclose(block(query, inputs), expected, atol=1e-6)
+    assert {n for n, _ in block.named_parameters()} == {
+        "attn.in_proj_weight", "attn.in_proj_bias", "attn.out_proj.weight", "attn.out_proj.bias",
+        "norm.weight", "norm.bias"}
+
+
+def test_the_stack_queries_each_block_with_the_previous_blocks_output():
+    stack = ContextStack(D, H, ["bert", "pegasus"], layer=0).eval()
+    inputs = LayerInputs(memories=memories())
+    x = torch.randn(2, 4, D)
+    first, second = stack.blocks
+    assert (first.memory, second.memory) == ("bert", "pegasus")
+    assert torch.equal(stack(x, inputs), second(first(x, inputs), inputs))
+
+
+def test_drop_branch_returns_one_branch_bit_for_bit_each_half_the_time_and_each_layer_draws_alone():
+    r, s = torch.randn(2, 3, D), torch.randn(2, 3, D)
+    first, second = DropBranch(layer=0).train(), DropBranch(layer=1).train()
+    takes_stack = []
+    for _ in range(DRAWS):
+        out_first, out_second = first(r, s), second(r, s)
+        assert torch.equal(out_first, r) or torch.equal(out_first, s)  # never a mixture
+        takes_stack.append((torch.equal(out_first, s), torch.equal(out_second, s)))
+    share = sum(a for a, _ in takes_stack) / DRAWS
+    sd = math.sqrt(0.25 / DRAWS)
+    assert abs(share - 0.5) <= 4 * sd, share
+    agree = sum(a == b for a, b in takes_stack) / DRAWS  # independent layers agree half the time
+    assert abs(agree - 0.5) <= 4 * sd, agree
+    assert int(first.draws) == DRAWS
+
+
+def test_in_evaluation_drop_branch_is_the_mean_of_the_branches_and_draws_nothing():
+    r, s = torch.randn(2, 3, D), torch.randn(2, 3, D)
+    drop = DropBranch(layer=0).eval()
+    assert torch.equal(drop(r, s), 0.5 * (r + s)) and torch.equal(drop(r, s), drop(r, s))
+    assert int(drop.draws) == 0
+
+
+def test_the_draws_after_a_resume_are_those_of_the_uninterrupted_run():
+    r, s = torch.zeros(1, 1, 1), torch.ones(1, 1, 1)
+    uninterrupted = DropBranch(layer=3, seed=7).train()
+    picks = [float(uninterrupted(r, s)) for _ in range(40)]
+    interrupted = DropBranch(layer=3, seed=7).train()
+    for _ in range(25):
+        interrupted(r, s)
+    resumed = DropBranch(layer=3, seed=7).train()
+    resumed.load_state_dict(interrupted.state_dict())
+    assert [float(resumed(r, s)) for _ in range(15)] == picks[25:]
+    other_seed = DropBranch(layer=3, seed=8).train()
+    assert [float(other_seed(r, s)) for _ in range(40)] != picks
+
+
+def test_a_parallel_layer_keeps_the_sentence_layers_names_and_adds_the_stack_beside_its_branch_point():
+    plain = encoder_layer(cfg())
+    layer = stacked(encoder_layer(cfg()), "self_attn")
+    names = {n for n, _ in layer.named_parameters()}
+    plain_names = {n for n, _ in plain.named_parameters()}
+    assert plain_names <= names
+    assert {n.split(".")[0] for n in names - plain_names} == {STACK}
+    assert f"{STACK}.blocks.1.attn.in_proj_weight" in names
+    assert "drop_branch.draws" in "".join(layer.state_dict())
+    layer.load_state_dict(plain.state_dict(), strict=False)  # a sentence checkpoint loads into it
+    with pytest.raises(KeyError, match="no sublayer"):
+        stacked(encoder_layer(cfg()), "cross_attn")
+
+
+def test_an_encoder_layer_runs_its_ffn_on_the_original_or_the_stack_branch_or_their_mean():
+    layer = stacked(encoder_layer(cfg()), "self_attn")
+    inputs = LayerInputs(memories=memories())
+    x = torch.randn(2, 4, D)
+    layer.eval()
+    r = layer["self_attn"](x, inputs)
+    s = layer[STACK](x, inputs)  # the stack reads the layer's input, not R
+    ffn = layer["ffn"]
+    assert torch.allclose(layer(x, inputs), ffn(0.5 * (r + s), inputs), atol=1e-6)
+    layer.train()
+    outputs = {tuple(layer(x, inputs).flatten()[:3].tolist()) for _ in range(40)}
+    assert {tuple(ffn(r, inputs).flatten()[:3].tolist()), tuple(ffn(s, inputs).flatten()[:3].tolist())} == outputs
+
+
+def test_every_parameter_gets_a_gradient_whichever_branch_is_drawn():
+    """DDP requires a gradient for every parameter; the branch not drawn gets zeros."""
+    layer = stacked(encoder_layer(cfg()), "self_attn").train()
+    inputs = LayerInputs(memories=memories())
+    for _ in range(6):  # both branches come up in 6 draws of seed 0, layer 0
+        layer.zero_grad(set_to_none=True)
+        layer(torch.randn(2, 4, D), inputs).sum().backward()
+        assert all(p.grad is not None for p in layer.parameters())
+
+
+def test_incremental_decoding_with_the_stack_equals_the_full_forward():
+    """Decoder reading D3: the stack branches off beside the encoder-decoder attention; its blocks'
+    memories are static caches, projected once."""
+    layer = stacked(decoder_layer(cfg()), "cross_attn").eval()
+    mems = memories()
+    target = torch.randn(2, 5, D)
+    full = layer(target, LayerInputs(causal=True, memories=mems))
+    cache = layer.new_cache(LayerInputs(memories=mems))
+    assert all(c.static for c in cache[STACK])
+    steps = [layer(target[:, t:t + 1], LayerInputs(memories=mems), cache) for t in range(target.size(1))]
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
