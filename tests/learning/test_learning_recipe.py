@@ -6,8 +6,7 @@ with the same architectures, parents, trainable globs, model overrides and conti
 same schedule kind in every stage, and the same warm-up share, share of the first stage's updates
 and lr ratio to the first stage, up to the rounding of updates to whole numbers. A table whose
 recipe changes changes its learning test with it; a learning test that drifts from its table
-fails here. The co-attention test is not at a table's recipe yet (`learning_runs.coattn_run` says
-why), so it is not among them.
+fails here.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ RUNS = {  # name: (table, row), the run's builder, its first stage's updates
     "rnn_shared_source": (learning.RNN_TABLE, lambda: learning.rnn_run("shared", "source"), learning.RNN_STEPS),
     "rnn_shared_target": (learning.RNN_TABLE, lambda: learning.rnn_run("shared", "target"), learning.RNN_STEPS),
     "zhang_two_step": (learning.ZHANG_TABLE, learning.zhang_run, learning.SENT_STEPS),
+    "co_attention": (learning.LIFENG_TABLE, learning.coattn_run, learning.SENT_STEPS),
 }
 
 
