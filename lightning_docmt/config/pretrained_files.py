@@ -9,6 +9,7 @@ Face cache) is told in `nn/pretrained.py`'s docstring. Nothing is ever downloade
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -119,16 +120,28 @@ def weight_files(directory: Path, key: str = ENCODER_KEY) -> list[Path]:
 
 
 def fingerprint(directory: Path) -> str:
-    """sha256 of the checkpoint's config and tokenizer files and of its weight files' names and sizes
-    (cheap: the weights are not read), 16 hex digits."""
+    """sha256 of the checkpoint's config and tokenizer files and of its weight files' contents, 16
+    hex digits: a retrained encoder of the same size is another checkpoint. Each weight file is read
+    once per process while its size and modification time stay the same (`_file_digest`)."""
     digest = hashlib.sha256()
     for name in (CONFIG_FILE, *TOKENIZER_FILES):
         path = directory / name
         if path.is_file():
             digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     for path in weight_files(directory):
-        digest.update(f"{path.name}:{path.stat().st_size}\0".encode())
+        stat = path.stat()
+        digest.update(f"{path.name}:{_file_digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)}\0".encode())
     return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of a file's bytes; `size` and `mtime_ns` are the cache key's, so a rewritten file is read again."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def read_config(directory: Path, name: str, key: str = ENCODER_KEY) -> dict[str, Any]:
