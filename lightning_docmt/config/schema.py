@@ -163,7 +163,7 @@ class AverageConfig:
     `checkpoints` > 0 keeps the weights of every validation and, when the stage ends, averages the
     last N (`rule: last`) or the N contiguous ones with the best mean validation score
     (`rule: best_contiguous`, the 10-checkpoint rule of "Diverse Pretrained Context Encodings",
-    docs/papers/pretrained_context.md section 4). The averaged model becomes the stage's final checkpoint.
+    docs/papers/donato2021.md section 4). The averaged model becomes the stage's final checkpoint.
     """
 
     checkpoints: int = 0  # N; 0 = off
