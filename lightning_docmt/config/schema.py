@@ -43,7 +43,7 @@ class ExternalContextConfig:
     of that stream (`data/tokenizers.py`).
     """
 
-    tokenizer: str = ""  # vocab:DIR[?pad_id=N] (a saved Vocabulary) | hf:DIR (a local HF tokenizer)
+    tokenizer: str = ""  # vocab:DIR[?pad_id=N] (a saved Vocabulary) | hf:NAME (a BERT-style encoder's WordPiece)
     max_tokens: int = 512  # cap on ctx_ext tokens (specials included); the oldest context is cut first
 
 
