@@ -120,14 +120,24 @@ def weight_files(directory: Path, key: str = ENCODER_KEY) -> list[Path]:
 
 
 def fingerprint(directory: Path) -> str:
-    """sha256 of the checkpoint's config and tokenizer files and of its weight files' contents, 16
-    hex digits: a retrained encoder of the same size is another checkpoint. Each weight file is read
-    once per process while its size and modification time stay the same (`_file_digest`)."""
+    """sha256 of the checkpoint's config and tokenizer files and of its weight files' names and sizes
+    (cheap: the weights are not read), 16 hex digits. It identifies the checkpoint in a composed
+    config; `weights_digest` is what the stage cache keys on."""
     digest = hashlib.sha256()
     for name in (CONFIG_FILE, *TOKENIZER_FILES):
         path = directory / name
         if path.is_file():
             digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in weight_files(directory):
+        digest.update(f"{path.name}:{path.stat().st_size}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def weights_digest(directory: Path) -> str:
+    """sha256 of the checkpoint's weight files' contents, 16 hex digits: a retrained encoder of the
+    same size has another digest, so no stage trained with the old weights is reused. Each file is
+    read once per process while its size and modification time stay the same (`_file_digest`)."""
+    digest = hashlib.sha256()
     for path in weight_files(directory):
         stat = path.stat()
         digest.update(f"{path.name}:{_file_digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)}\0".encode())
