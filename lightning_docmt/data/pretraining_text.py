@@ -15,14 +15,17 @@ Examples:
   of P_s(3p,c,3n)); in each, one verse is replaced by `MASK_SENTENCE` in the source and is the
   target.
 - `verse_pairs`: consecutive verses of a chapter as the two segments of BERT's input, for a masked
-  language model with token types (BERT's `[CLS] a [SEP] b [SEP]`, as the stack reads (p,c), D5).
+  language model with token types (BERT's `[CLS] a [SEP] b [SEP]`, as the stack reads (p,c), D5),
+  corrupted by `mlm_masking` (BERT's 15%, 80/10/10).
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
 
 from lightning_docmt.data.corpora.bible import BOOKS, SPLIT_OF_BOOK, cleaned_verses, load_versions
 from lightning_docmt.data.corpora.bible_versions import LANGUAGES, versions_of
@@ -96,3 +99,31 @@ def verse_pairs(chapters: list[Chapter]) -> Iterator[tuple[str, str]]:
     """Every two consecutive verses of a chapter, (a, b)."""
     for chapter in chapters:
         yield from zip(chapter.verses, chapter.verses[1:])
+
+
+MLM_SHARE = 0.15  # BERT's share of positions predicted
+MLM_SPLIT = (0.8, 0.1)  # of those: replaced by the mask id, by a random id; the rest kept
+
+
+def mlm_masking(ids: Sequence[int], rng: np.random.Generator, *, mask_id: int, vocab_size: int,
+                special_ids: Iterable[int]) -> tuple[list[int], list[int]]:
+    """BERT's masked-language-model corruption of one row (Devlin et al. 2019, Sec. 3.1): 15% of
+    the non-special positions (at least one) are predicted; of those 80% become `mask_id`, 10% a
+    random id that is not special, 10% stay. Returns (input ids, labels), labels -1 where nothing
+    is predicted."""
+    ids = list(ids)
+    special = set(special_ids)
+    candidates = [p for p, i in enumerate(ids) if i not in special]
+    labels = [-1] * len(ids)
+    if not candidates:
+        return ids, labels
+    count = max(1, round(MLM_SHARE * len(candidates)))
+    ordinary = np.array(sorted(set(range(vocab_size)) - special))
+    for position in rng.choice(candidates, size=count, replace=False):
+        labels[position] = ids[position]
+        draw = rng.random()
+        if draw < MLM_SPLIT[0]:
+            ids[position] = mask_id
+        elif draw < MLM_SPLIT[0] + MLM_SPLIT[1]:
+            ids[position] = int(rng.choice(ordinary))
+    return ids, labels

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from lightning_docmt.data.corpora.bible import TEST_BOOKS, VALID_BOOKS
@@ -11,6 +12,7 @@ from lightning_docmt.data.pretraining_text import (
     MASK_SENTENCE,
     Chapter,
     gap_sentence_examples,
+    mlm_masking,
     training_chapters,
     verse_pairs,
 )
@@ -65,3 +67,24 @@ def test_each_gap_sentence_example_masks_one_verse_of_its_window():
 def test_verse_pairs_are_consecutive_verses_of_one_chapter():
     chapters = [Chapter("web", "Gen.1", ("a", "b", "c")), Chapter("web", "Gen.2", ("d", "e"))]
     assert list(verse_pairs(chapters)) == [("a", "b"), ("b", "c"), ("d", "e")]
+
+
+def test_mlm_masking_predicts_fifteen_percent_of_the_ordinary_positions_eighty_ten_ten():
+    specials = {0, 1, 2, 3}
+    mask_id, vocab = 4, 1000
+    rng = np.random.default_rng(0)
+    row = [2, *range(10, 110), 3, *range(200, 300), 3]  # [CLS] a [SEP] b [SEP]: 200 ordinary ids
+    masked = replaced = kept = 0
+    for _ in range(200):
+        ids, labels = mlm_masking(row, rng, mask_id=mask_id, vocab_size=vocab, special_ids=specials)
+        predicted = [p for p, label in enumerate(labels) if label != -1]
+        assert len(predicted) == 30 and all(row[p] not in specials for p in predicted)
+        assert all(ids[p] == row[p] for p in range(len(row)) if labels[p] == -1)  # the rest untouched
+        assert all(labels[p] == row[p] for p in predicted)
+        masked += sum(ids[p] == mask_id for p in predicted)
+        replaced += sum(ids[p] not in (mask_id, row[p]) for p in predicted)
+        kept += sum(ids[p] == row[p] for p in predicted)
+        assert not {ids[p] for p in predicted} & (specials - {mask_id})  # a random id is never special
+    total = 200 * 30  # 6,000 draws: sd of a share ~0.005
+    assert abs(masked / total - 0.8) < 0.02 and abs(replaced / total - 0.1) < 0.02, (masked, replaced, kept)
+    assert mlm_masking([2, 3], rng, mask_id=mask_id, vocab_size=vocab, special_ids=specials) == ([2, 3], [-1, -1])
