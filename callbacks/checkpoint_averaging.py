@@ -1,6 +1,6 @@
 """Checkpoint averaging (docs/design.md section 7): a pure function, a callback, and `docmt average`.
 
-"Diverse Pretrained Context Encodings Improve Document Translation" (docs/papers/pretrained_context.md
+"Diverse Pretrained Context Encodings Improve Document Translation" (docs/papers/donato2021.md
 section 4, trap 21)
 averages the 10 contiguous checkpoints with the best mean validation BLEU, once before a stage-1
 Transformer bootstraps the document models and once before reporting. `CheckpointAveraging` applies

@@ -13,6 +13,8 @@ Guarantees and the traps they avoid (docs/design.md section 12):
   milestone's `unfreeze.<i>.globs`); `check` runs on the meta device before anything trains.
 - Frozen means `requires_grad=False` and nothing else: the callback never calls `.eval()`, so
   dropout inside frozen modules stays active during training (reading Z10, Zhang's reference code).
+  A module wrapped in `nn/frozen.Frozen` (a pretrained context encoder that never trains) is
+  another thing: always in evaluation mode, and no glob or milestone makes its parameters trainable.
 - The optimizer only holds trainable parameters (`DocMTModule.configure_optimizers`), and a
   milestone's parameters join it as a group of their own at the milestone's lr, with the LambdaLR
   extended by the group's multiplier (`DocMTModule.add_param_group`). Lightning's `BaseFinetuning`
@@ -53,6 +55,7 @@ from omegaconf import DictConfig
 
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.nn.frozen import frozen_parameter_names
 
 
 def matches(name: str, globs: Iterable[str]) -> bool:
@@ -122,8 +125,9 @@ class StagedUnfreezing(pl.Callback):
         """Set requires_grad and the module's extra optimizer groups from `trainable` and `fired`."""
         names = [n for n, _ in pl_module.model.named_parameters()]
         self.check(names)
+        frozen = frozen_parameter_names(pl_module.model)  # encoders that never train (`nn/frozen.py`)
         for n, p in pl_module.model.named_parameters():
-            p.requires_grad_(matches(n, self.trainable))
+            p.requires_grad_(matches(n, self.trainable) and n not in frozen)
         pl_module.extra_param_groups = []
         for index in self.fired:
             self._unfreeze(pl_module, index)
@@ -131,8 +135,9 @@ class StagedUnfreezing(pl.Callback):
     def _unfreeze(self, pl_module: pl.LightningModule, index: int) -> list[str]:
         """Make the still-frozen parameters of milestone `index` trainable, as a new optimizer group."""
         m = self.milestones[index]
+        frozen = frozen_parameter_names(pl_module.model)
         named = [(n, p) for n, p in pl_module.model.named_parameters()
-                 if not p.requires_grad and matches(n, m.globs)]
+                 if not p.requires_grad and n not in frozen and matches(n, m.globs)]
         if not named:
             raise DocMTInputError(f"milestone unfreezes nothing: {list(m.globs)} are already trainable",
                                   key=f"train.stages.{self.stage_name}.unfreeze.{index}.globs")

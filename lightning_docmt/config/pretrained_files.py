@@ -9,6 +9,7 @@ Face cache) is told in `nn/pretrained.py`'s docstring. Nothing is ever downloade
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -120,7 +121,8 @@ def weight_files(directory: Path, key: str = ENCODER_KEY) -> list[Path]:
 
 def fingerprint(directory: Path) -> str:
     """sha256 of the checkpoint's config and tokenizer files and of its weight files' names and sizes
-    (cheap: the weights are not read), 16 hex digits."""
+    (cheap: the weights are not read), 16 hex digits. It identifies the checkpoint in a composed
+    config; `weights_digest` is what the stage cache keys on."""
     digest = hashlib.sha256()
     for name in (CONFIG_FILE, *TOKENIZER_FILES):
         path = directory / name
@@ -129,6 +131,27 @@ def fingerprint(directory: Path) -> str:
     for path in weight_files(directory):
         digest.update(f"{path.name}:{path.stat().st_size}\0".encode())
     return digest.hexdigest()[:16]
+
+
+def weights_digest(directory: Path) -> str:
+    """sha256 of the checkpoint's weight files' contents, 16 hex digits: a retrained encoder of the
+    same size has another digest, so no stage trained with the old weights is reused. Each file is
+    read once per process while its size and modification time stay the same (`_file_digest`)."""
+    digest = hashlib.sha256()
+    for path in weight_files(directory):
+        stat = path.stat()
+        digest.update(f"{path.name}:{_file_digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of a file's bytes; `size` and `mtime_ns` are the cache key's, so a rewritten file is read again."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def read_config(directory: Path, name: str, key: str = ENCODER_KEY) -> dict[str, Any]:

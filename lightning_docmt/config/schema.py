@@ -43,7 +43,7 @@ class ExternalContextConfig:
     of that stream (`data/tokenizers.py`).
     """
 
-    tokenizer: str = ""  # vocab:DIR[?pad_id=N] (a saved Vocabulary) | hf:DIR (a local HF tokenizer)
+    tokenizer: str = ""  # vocab:DIR[?pad_id=N] (a saved Vocabulary) | hf:NAME (a BERT-style encoder's WordPiece)
     max_tokens: int = 512  # cap on ctx_ext tokens (specials included); the oldest context is cut first
 
 
@@ -163,7 +163,7 @@ class AverageConfig:
     `checkpoints` > 0 keeps the weights of every validation and, when the stage ends, averages the
     last N (`rule: last`) or the N contiguous ones with the best mean validation score
     (`rule: best_contiguous`, the 10-checkpoint rule of "Diverse Pretrained Context Encodings",
-    docs/papers/pretrained_context.md section 4). The averaged model becomes the stage's final checkpoint.
+    docs/papers/donato2021.md section 4). The averaged model becomes the stage's final checkpoint.
     """
 
     checkpoints: int = 0  # N; 0 = off

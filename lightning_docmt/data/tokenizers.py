@@ -9,9 +9,13 @@ way: its own vocabulary, its own special ids and its own padding id, which need 
   `vocab/<key>/joint` cache entry, or a vocabulary trained separately). `vocab:DIR?pad_id=N`
   relabels it so that padding is id N: ids 0 and N swap places, so every id stays in use and a
   pipeline or model that silently assumed padding = 0 is caught by the tests that use it.
-- `hf:DIR` -- a Hugging Face tokenizer in a local directory. No wrapper ships yet: the spec fails
-  with a message saying that the `transformers` package must be installed first (when it is
-  missing) or that only `vocab:DIR` is supported (when it is there).
+- `hf:NAME` -- a pretrained BERT-style encoder's own WordPiece tokenizer: NAME is a built-in name
+  (`minilm`), a local directory or a name in the local Hugging Face cache, as for
+  `model.pretrained_encoder` (`config/pretrained_files.py`; nothing is downloaded). Its ids are
+  those of `data/vocab/wordpiece.WordPieceVocab` (the checkpoint's, with the contract's specials
+  swapped in; `pretrained_ids` maps them back to the checkpoint's embedding rows), and a row reads
+  `[CLS] s_1 [SEP] ... s_k [SEP]`: `bos_id` is [CLS] and both `sep_id` and `eos_id` are [SEP] for
+  the encoder.
 
 Further kinds plug in through `TOKENIZER_LOADERS` (prefix -> loader).
 """
@@ -25,10 +29,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol, Sequence
 
-from lightning_docmt.batch import PAD_ID
+from lightning_docmt.batch import BOS_ID, PAD_ID
 from lightning_docmt.data.cachedir import content_key
 from lightning_docmt.data.corpora import split_query
 from lightning_docmt.data.vocab import Vocabulary
+from lightning_docmt.data.vocab.wordpiece import WordPieceVocab
 from lightning_docmt.errors import DocMTInputError
 
 TOKENIZER_KEY = "context.external.tokenizer"
@@ -128,12 +133,20 @@ def _load_vocabulary(args: str, spec: str) -> VocabularyTokenizer:
         raise DocMTInputError(f"'{spec}': {err}", key=TOKENIZER_KEY) from None
 
 
+class WordPieceTokenizer(VocabularyTokenizer):
+    """A pretrained encoder's `WordPieceVocab` as an `ExternalTokenizer` (`hf:NAME`): a row opens
+    with [CLS] (`bos_id` = the contract's `<s>`, which the vocabulary maps to [CLS])."""
+
+    def __init__(self, vocab: WordPieceVocab):
+        super().__init__(vocab)
+        self.bos_id = BOS_ID
+
+
 def _load_hugging_face(args: str, spec: str) -> ExternalTokenizer:
     if importlib.util.find_spec("transformers") is None:
         raise DocMTInputError(f"'{spec}' needs the 'transformers' package, which is not "
                               "installed (pip install transformers)", key=TOKENIZER_KEY)
-    raise DocMTInputError(f"'{spec}': Hugging Face tokenizers are not supported by this version; "
-                          "use vocab:DIR", key=TOKENIZER_KEY)
+    return WordPieceTokenizer(WordPieceVocab.from_pretrained(args, key=TOKENIZER_KEY))
 
 
 TOKENIZER_LOADERS: dict[str, Callable[[str, str], ExternalTokenizer]] = {
@@ -146,7 +159,7 @@ def load_tokenizer(spec: str) -> ExternalTokenizer:
     """The tokenizer named by `spec` (`PREFIX:ARGS`, see the module docstring)."""
     prefix, sep, args = spec.partition(":")
     if not sep or prefix not in TOKENIZER_LOADERS or not args:
-        kinds = ", ".join(f"{p}:DIR" for p in TOKENIZER_LOADERS)
+        kinds = "vocab:DIR, hf:NAME"
         raise DocMTInputError(f"expected one of {kinds}, got {spec!r}", key=TOKENIZER_KEY)
     return TOKENIZER_LOADERS[prefix](args, spec)
 

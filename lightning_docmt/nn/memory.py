@@ -2,10 +2,11 @@
 
 A pretrained context encoder (BERT-like, PEGASUS) outputs states of its own width W_ext (384 for
 MiniLM-L6, 768 for BERT-base), which differs from the model's `d_model` in general. "Diverse
-Pretrained Context Encodings Improve Document Translation" (Donato et al. 2021) projects the
-pretrained encoder's output to the model width before the model's layers attend to it; this
-block is that projection, and hands the result to the cross-attention sublayers of
-`nn/layers.py` as an `AttentionMemory`:
+Pretrained Context Encodings Improve Document Translation" (Donato et al. 2021) does not say how
+the widths meet. Reading D4 (docs/papers/donato2021.md): one projection per external
+stream to the model width, shared by the layers that read it, before their own key/value
+projections; this block is that projection, and hands the result to the cross-attention
+sublayers of `nn/layers.py` (or the stack of `nn/parallel_stack.py`) as an `AttentionMemory`:
 
     M = dropout(LN(H W_p + b_p)),   H: (B, E, W_ext) -> M: (B, E, D)
 

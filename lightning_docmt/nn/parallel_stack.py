@@ -1,5 +1,5 @@
 """The parallel attention stack of Donato, Yu & Dyer 2021, "Diverse Pretrained Context Encodings
-Improve Document Translation" (docs/papers/pretrained_context.md section 2).
+Improve Document Translation" (docs/papers/donato2021.md section 2).
 
 In a layer, beside one of its sublayers (the branch point: the encoder's self-attention; the
 decoder's encoder-decoder attention, reading D3), a stack of attention blocks reads external
@@ -13,7 +13,7 @@ block's queries the previous block's output:
     AttnBlock(K, V, Q) = LN(Attn(K, V, Q)) + Q
     DropBranch(R, S)   = R if u >= 1/2 else S,   u ~ U(0, 1)
 
-and the layer goes on from T (its FFN). Readings (docs/papers/pretrained_context.md section 7):
+and the layer goes on from T (its FFN). Readings (docs/papers/donato2021.md section 7):
 - D1: AttnBlock is taken literally, the LayerNorm on the attention output and the residual adding
   the query after it; dropout (whose place the paper does not give) acts on the attention output,
   before the LayerNorm, as in the Transformer's own sublayers.

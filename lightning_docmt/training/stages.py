@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_docmt.callbacks.checkpoint_averaging import check_average_config
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing, matches
 from lightning_docmt.config import composition as config_lib
+from lightning_docmt.config.pretrained_files import pretrained_dir, weights_digest
 from lightning_docmt.config.registry import get_arch, model_config
 from lightning_docmt.config.schema import ContextConfig, RunConfig, inert_keys
 from lightning_docmt.distributed import progress
@@ -97,8 +98,9 @@ def check_pretrained_lr_scale(scfg: DictConfig, name: str, phases: list) -> None
 
 def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
     """Hash of everything that determines a stage's weights: the config, the code (`provenance`:
-    a fix to the code never reuses a stage trained before it) and the precision and device the
-    stage resolves to here (`auto` means bf16 on one machine and float32 on another). Left out:
+    a fix to the code never reuses a stage trained before it), the contents of a pretrained
+    encoder's weights (a retrained checkpoint of the same size is another stage) and the precision
+    and device the stage resolves to here (`auto` means bf16 on one machine and float32 on another). Left out:
     worker counts, paths, the keys inert in this config (`schema.inert_keys`), and what is scored
     after testing (the contrastive suites, where they are, the context-usage passes)."""
     plain = OmegaConf.to_container(scfg, resolve=True)
@@ -118,8 +120,14 @@ def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
                "optim": plain["train"]["optim"], "seed": plain["train"]["seed"],
                "stage": plain["train"]["stages"][name], "limits": limits,
                "trainer": plain["trainer"], "parent": parent_key, "code": code_fingerprint(),
-               "resolved": resolved_settings(scfg)}
+               "resolved": resolved_settings(scfg), "pretrained_weights": pretrained_weights(scfg)}
     return config_lib.config_hash(payload)
+
+
+def pretrained_weights(scfg: DictConfig) -> str:
+    """`weights_digest` of the stage's pretrained encoder (`model.pretrained_encoder`), "" without one."""
+    name = scfg.model.get("pretrained_encoder")
+    return weights_digest(pretrained_dir(name)) if name else ""
 
 
 def resolved_settings(cfg: DictConfig) -> dict[str, str]:

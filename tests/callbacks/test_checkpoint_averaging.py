@@ -1,5 +1,5 @@
 """Checkpoint averaging (callbacks/checkpoint_averaging.py): the pure average, the window rule of
-"Diverse Pretrained Context Encodings" (docs/papers/pretrained_context.md section 4, trap 21), the
+"Diverse Pretrained Context Encodings" (docs/papers/donato2021.md section 4, trap 21), the
 callback inside a tiny fit (`train.average`), and `docmt average`."""
 
 from __future__ import annotations

@@ -91,19 +91,41 @@ def test_tokenizer_specs(ext_vocab_dir):
 
 
 @pytest.mark.parametrize("spec,message", [
-    ("", "expected one of vocab:DIR, hf:DIR"),
+    ("", "expected one of vocab:DIR, hf:NAME"),
     ("spm:model", "expected one of"),
     ("vocab:{dir}/missing", "no vocabulary saved"),
     ("vocab:{dir}?pad=7", "unknown option 'pad'"),
     ("vocab:{dir}?pad_id=-1", "non-negative integer"),
     ("vocab:{dir}?pad_id=16", "not an id of a 16-token vocabulary"),
-    ("hf:{dir}", "pip install transformers" if importlib.util.find_spec("transformers") is None
-     else "not supported"),
+    ("hf:{dir}/missing", "pip install transformers" if importlib.util.find_spec("transformers") is None
+     else "no such"),
 ])
 def test_bad_tokenizer_specs_fail_with_one_line_naming_the_key(ext_vocab_dir, spec, message):
     with pytest.raises(DocMTInputError, match="key 'context.external.tokenizer'") as err:
         load_tokenizer(spec.format(dir=ext_vocab_dir))
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_pretrained_encoders_own_wordpiece_tokenizer_lays_out_its_bert_row():
+    """`hf:minilm`: the ids of `WordPieceVocab`, which `pretrained_ids` maps to the checkpoint's own
+    ids; the two previous sentences of a row read `[CLS] a [SEP] b [SEP]` for the encoder, as the
+    checkpoint's own tokenizer lays out a pair."""
+    from transformers import AutoTokenizer
+
+    from lightning_docmt.config.pretrained_files import pretrained_dir
+
+    tok = load_tokenizer("hf:minilm")
+    theirs = AutoTokenizer.from_pretrained(str(pretrained_dir("minilm")), local_files_only=True)
+    a, b, current = "In the beginning God created the heavens.", "The earth was formless.", "Light!"
+    encoded = [tok.encode(text) for text in (a, b, current)]
+    ids = np.array([i for sentence in encoded for i in sentence])
+    offsets = np.cumsum([0] + [len(sentence) for sentence in encoded])
+    window = ExternalWindow(size=2, max_tokens=64, pad_id=tok.pad_id, eos_id=tok.eos_id,
+                            sep_id=tok.sep_id, bos_id=tok.bos_id)
+    row = window.window(ids, offsets, 2, 0, 3)  # sentence 2's two previous sentences
+    assert tok.vocab.pretrained_ids[row].tolist() == theirs(a, b)["input_ids"]
+    assert tok.pad_id == PAD_ID and tok.vocab.pretrained_ids[tok.pad_id] == theirs.pad_token_id
+    assert load_tokenizer("hf:minilm").fingerprint == tok.fingerprint
 
 
 # ----------------------------------------------------------------------------------- windows

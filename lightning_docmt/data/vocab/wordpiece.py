@@ -64,16 +64,17 @@ class WordPieceVocab(Vocabulary):
         self._from_tokenizer = np.argsort(to_tokenizer)  # tokenizer id -> contract id
 
     @classmethod
-    def from_pretrained(cls, name: str) -> WordPieceVocab:
-        """The vocabulary of the checkpoint `name` (a name or directory, `config/pretrained_files.py`)."""
-        directory = pretrained_files.pretrained_dir(name, SRC_PRETRAINED_KEY)
+    def from_pretrained(cls, name: str, key: str = SRC_PRETRAINED_KEY) -> WordPieceVocab:
+        """The vocabulary of the checkpoint `name` (a name or directory, `config/pretrained_files.py`);
+        an error names `key`, the setting that named it."""
+        directory = pretrained_files.pretrained_dir(name, key)
         try:
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
         except Exception as err:
             raise DocMTInputError(f"'{name}': cannot load its tokenizer ({type(err).__name__})",
-                                  key=SRC_PRETRAINED_KEY) from None
+                                  key=key) from None
         specials = {"pad": tokenizer.pad_token_id, "unk": tokenizer.unk_token_id,
                     "cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id,
                     "mask": tokenizer.mask_token_id}
@@ -81,7 +82,7 @@ class WordPieceVocab(Vocabulary):
         if missing or not getattr(tokenizer, "is_fast", False):
             what = f"no {', '.join(missing)} token" if missing else "no fast (tokenizer.json) version"
             raise DocMTInputError(f"'{name}': its tokenizer has {what}; a BERT-style WordPiece tokenizer "
-                                  "is needed", key=SRC_PRETRAINED_KEY)
+                                  "is needed", key=key)
         return cls(tokenizer.backend_tokenizer.to_str(), specials)
 
     @property

@@ -1,0 +1,77 @@
+"""The layout of a named external stream's row (`data/streams.py`, Donato et al. 2021)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightning_docmt.data.streams import StreamLayout
+from lightning_docmt.errors import DocMTInputError
+
+CLS, SEP, EOS = 101, 102, 103
+P3, P2, P1 = [31, 32], [21], [11, 12, 13]  # oldest first
+C = [1, 2, 3]
+N1, N2 = [41], [51, 52]  # nearest first
+
+
+def bert(prev=0, current=True, nxt=0, max_tokens=64) -> StreamLayout:
+    return StreamLayout(prev=prev, current=current, next=nxt, format="pair", max_tokens=max_tokens,
+                        eos_id=SEP, sep_id=SEP, bos_id=CLS)
+
+
+def pegasus(prev=3, current=True, nxt=3, max_tokens=64, sep_id=EOS) -> StreamLayout:
+    return StreamLayout(prev=prev, current=current, next=nxt, format="concat", max_tokens=max_tokens,
+                        eos_id=EOS, sep_id=sep_id)
+
+
+def test_bert_pairs_put_the_first_group_in_segment_a_and_the_second_in_b():
+    assert bert(prev=1).row(C, [P1]) == ([CLS, *P1, SEP, *C, SEP], [0] * 5 + [1] * 4)  # B_s(p,c)
+    assert bert(nxt=1).row(C, [], [N1]) == ([CLS, *C, SEP, *N1, SEP], [0] * 5 + [1] * 2)  # B_s(c,n)
+    assert bert().row(C, [P1], [N1]) == ([CLS, *C, SEP], [0] * 5)  # B_s(c): the neighbours unread
+    assert bert(prev=2).row(C, [P3, P2, P1])[0] == [CLS, *P2, *P1, SEP, *C, SEP]  # the 2 nearest, concatenated
+    assert bert(prev=1, current=False, nxt=1).row(C, [P1], [N1])[0] == [CLS, *P1, SEP, *N1, SEP]
+
+
+def test_at_a_documents_edge_the_current_sentence_keeps_its_segment():
+    ids, types = bert(prev=1).row(C)  # the document's first sentence
+    assert ids == [CLS, SEP, *C, SEP] and types == [0, 0, 1, 1, 1, 1]
+    assert bert(nxt=1).row(C)[0] == [CLS, *C, SEP, SEP]
+
+
+def test_pegasus_windows_concatenate_three_previous_the_current_and_three_next():
+    ids, types = pegasus().row(C, [P3, P2, P1], [N1, N2])
+    assert ids == [*P3, EOS, *P2, EOS, *P1, EOS, *C, EOS, *N1, EOS, *N2, EOS, EOS] and set(types) == {0}
+    assert pegasus(current=False).row(C, [P1], [N1])[0] == [*P1, EOS, *N1, EOS, EOS]  # P_s(3p,3n)
+    assert pegasus(sep_id=None).row(C, [P1], [N1])[0] == [*P1, *C, *N1, EOS]
+
+
+def test_the_farthest_neighbours_lose_their_tokens_first_and_the_specials_stay():
+    """Distances: P3 3, P2 and N2 2, P1 and N1 1 (a tie: the previous side first); 12 ids of text and
+    7 specials (a separator after each of the 6 sentences, then the end)."""
+    row = pegasus()
+    full, _ = row.row(C, [P3, P2, P1], [N1, N2])
+    assert len(full) == 19
+
+    def cut(excess: int) -> list[int]:
+        return pegasus(max_tokens=19 - excess).row(C, [P3, P2, P1], [N1, N2])[0]
+
+    assert cut(3) == [EOS, EOS, *P1, EOS, *C, EOS, *N1, EOS, *N2, EOS, EOS]  # P3 then P2
+    assert cut(5) == [EOS, EOS, *P1, EOS, *C, EOS, *N1, EOS, EOS, EOS]  # then N2
+    assert cut(6) == [EOS, EOS, 12, 13, EOS, *C, EOS, *N1, EOS, EOS, EOS]  # then P1's oldest token
+    assert cut(9) == [EOS, EOS, EOS, *C, EOS, EOS, EOS, EOS]  # every neighbour gone, C whole
+    assert cut(10) == [EOS, EOS, EOS, 1, 2, EOS, EOS, EOS, EOS]  # then the current sentence's end
+    assert cut(12) == [EOS] * 7
+    tight, types = bert(prev=1, max_tokens=5).row(C, [P1])
+    assert tight == [CLS, SEP, 1, 2, SEP] and types == [0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("layout, text", [
+    (dict(prev=1, current=True, next=1, format="pair"), "two segments"),
+    (dict(prev=0, current=False, next=0, format="concat"), "reads no sentence"),
+    (dict(prev=1, current=True, next=0, format="tokens"), "format must be one of"),
+    (dict(prev=1, current=True, next=0, format="pair", sep_id=None), "separator"),
+    (dict(prev=1, current=True, next=0, format="pair", max_tokens=2), "at least 3"),
+])
+def test_a_layout_that_cannot_be_built_is_one_error_naming_the_key(layout, text):
+    settings = dict(max_tokens=64, eos_id=SEP, sep_id=SEP, bos_id=CLS, key="context.streams.bert_pc")
+    with pytest.raises(DocMTInputError, match=f"key 'context.streams.bert_pc'.*{text}"):
+        StreamLayout(**{**settings, **layout})
