@@ -91,7 +91,7 @@ def coattn_run() -> tuple[str, list[str]]:
     (`coattn`), all on one inverse square root that the later stages continue (trap K12), each
     later stage two thirds of the first's updates. Measured on an AVX-512 Xeon (the test's phases
     of COATTN_PHASE updates; Table 2's are 50 of its 1,200): seeds 1-4 float32 98.5 / 99.1 / 98.5 /
-    99.8% of the items (pronouns 96.7-100%, sense 92.9-100%), bf16 autocast seeds 1-2 99.3 / PENDING%;
+    99.8% of the items (pronouns 96.7-100%, sense 92.9-100%), bf16 autocast seeds 1-2 99.3 / 99.8%;
     49.9-51.2% with another example's context, cxmi 0.015-0.049, random_ctx/cxmi 0.044-0.059,
     random-context BLEU -2.1 to -2.4, initial damage 0.17-0.30 nats (the fresh gate at lambda ~ 0.5
     halves the sentence stream, which the co-attention cannot give back: reading L23). Table 2's

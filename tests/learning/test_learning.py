@@ -258,10 +258,10 @@ def antecedent_selection(run_dir: Path, stage: str) -> dict[str, float]:
 def test_co_attention_uses_its_context_and_a_selection_cost_makes_it_select_the_antecedent(
         workspace, sentence, ceiling):
     """Li & Feng 2019 with 3 previous sentences, the paper's default. First the paper's objective
-    (Eq. 29, no selection cost): the sentence Transformer; the co-attention alone on it, frozen,
-    with every context token kept (`warm_up`, reading L23, not in the paper); then cross-training
-    (theta_s and theta_r phases of COATTN_PHASE updates, the selector at a tenth of the lr, reading
-    L18). It resolves the items through the soft attention and its selector keeps every token
+    (Eq. 29, no selection cost) at Table 2's recipe (`coattn_run`, reading L24): the sentence
+    Transformer; the co-attention alone on it, frozen, with every context token kept (`warm_up`,
+    reading L23, not in the paper); then cross-training (theta_s and theta_r phases of COATTN_PHASE
+    updates, the selector at a tenth of the lr, reading L18). It resolves the items through the soft attention and its selector keeps every token
     (nothing in Eq. 29 asks it to drop any, reading L19). Then that model trained on with a cost
     per kept token (`rl.selection_cost`): the selector keeps few tokens, and the antecedent among
     them far above its share of the context."""
@@ -281,10 +281,12 @@ def test_co_attention_uses_its_context_and_a_selection_cost_makes_it_select_the_
     selection = antecedent_selection(Path(sparse["run_dir"]), "sparse")
     print(f"[learning] coattn with a selection cost, antecedent selection: {selection}")
     # The antecedent's share of the kept tokens against its share of the context (what a selector that
-    # keeps tokens at random gets): 7.8-9.5 times it in seeds 1-4 on an AVX-512 Xeon, 8.5 times with
-    # oneDNN held to AVX512_CORE_BF16 there, 3.8 times in seed 1 on an AMD EPYC; 2.5 times keeps a
-    # margin under every measurement and stays far above a blind selector's 1.
-    assert selection["kept"] <= 0.25 and selection["precision"] >= 2.5 * selection["base_rate"], selection
+    # keeps tokens at random gets): at Table 2's recipe 7.2 / 7.0 / 12.2 / 8.5 times it in seeds 1-4 on an
+    # AVX-512 Xeon, 4.5 times with bf16 autocast (seed 1); the layout this test had before (its own
+    # inverse square root) gave 7.8-9.5 there and 3.8 times in seed 1 on an AMD EPYC, about half;
+    # 2 times keeps a margin under every measurement and under half of the lowest (bf16), and stays
+    # far above a blind selector's 1. The share kept: 2.8-9.6% of the context tokens.
+    assert selection["kept"] <= 0.25 and selection["precision"] >= 2.0 * selection["base_rate"], selection
     for phenomenon in ("pronoun_d1", "pronoun_d2", "pronoun_d3"):
         assert sparse["metrics"][f"contrastive/{phenomenon}"] >= 0.75, (phenomenon, sparse["metrics"])
     assert sparse["metrics"]["cxmi"] >= MIN_CXMI, sparse["metrics"]
