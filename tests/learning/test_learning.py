@@ -261,10 +261,10 @@ def test_co_attention_uses_its_context_and_a_selection_cost_makes_it_select_the_
     (Eq. 29, no selection cost) at Table 2's recipe (`coattn_run`, reading L24): the sentence
     Transformer; the co-attention alone on it, frozen, with every context token kept (`warm_up`,
     reading L23, not in the paper); then cross-training (theta_s and theta_r phases of COATTN_PHASE
-    updates, the selector at a tenth of the lr, reading L18). It resolves the items through the soft attention and its selector keeps every token
-    (nothing in Eq. 29 asks it to drop any, reading L19). Then that model trained on with a cost
-    per kept token (`rl.selection_cost`): the selector keeps few tokens, and the antecedent among
-    them far above its share of the context."""
+    updates, the selector at a tenth of the lr, reading L18). It resolves the items through the
+    soft attention and its selector keeps every token (nothing in Eq. 29 asks it to drop any,
+    reading L19). Then that model trained on with a cost per kept token (`rl.selection_cost`): the
+    selector keeps few tokens, and the antecedent among them far above its share of the context."""
     phases = [f"model.cross_training.translator_steps={COATTN_PHASE}",
               f"model.cross_training.selector_steps={COATTN_PHASE}", "model.rl.lr_scale=0.1"]
     header = "model: {arch: lifeng_coattn}\ncontext: {prev_sentences: 3}\n"
