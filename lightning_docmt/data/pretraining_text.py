@@ -118,12 +118,18 @@ def mlm_masking(ids: Sequence[int], rng: np.random.Generator, *, mask_id: int, v
     if not candidates:
         return ids, labels
     count = max(1, round(MLM_SHARE * len(candidates)))
-    ordinary = np.array(sorted(set(range(vocab_size)) - special))
     for position in rng.choice(candidates, size=count, replace=False):
         labels[position] = ids[position]
         draw = rng.random()
         if draw < MLM_SPLIT[0]:
             ids[position] = mask_id
         elif draw < MLM_SPLIT[0] + MLM_SPLIT[1]:
-            ids[position] = int(rng.choice(ordinary))
+            ids[position] = _ordinary_id(rng, vocab_size, special)
     return ids, labels
+
+
+def _ordinary_id(rng: np.random.Generator, vocab_size: int, special: set[int]) -> int:
+    """A uniform id below `vocab_size` that is not special (redrawn while it is: the specials are few)."""
+    while (drawn := int(rng.integers(vocab_size))) in special:
+        pass
+    return drawn

@@ -52,8 +52,7 @@ class StreamLayout:
         if self.prev < 0 or self.next < 0 or not (self.prev or self.current or self.next):
             raise DocMTInputError(f"reads no sentence (prev={self.prev}, current={self.current}, "
                                   f"next={self.next})", key=self.key)
-        groups = [self.prev > 0, self.current, self.next > 0].count(True)
-        if self.format == "pair" and groups > 2:
+        if self.format == "pair" and self.groups > 2:
             raise DocMTInputError("a pair has two segments: previous, current and next sentences make three "
                                   "(the paper runs BERT twice, B_s(p,c) and B_s(c,n))", key=self.key)
         if self.format == "pair" and self.sep_id is None:
@@ -62,12 +61,16 @@ class StreamLayout:
             raise DocMTInputError(f"max_tokens must be at least {self.specials()} (the row's specials)",
                                   key=self.key)
 
+    @property
+    def groups(self) -> int:
+        """How many of previous | current | next the stream reads."""
+        return [self.prev > 0, self.current, self.next > 0].count(True)
+
     def specials(self, sentences: int = 0) -> int:
         """The special ids of a row (`sentences`: how many a concat row holds)."""
         opening = 0 if self.bos_id is None else 1
         if self.format == "pair":
-            groups = [self.prev > 0, self.current, self.next > 0].count(True)
-            return opening + groups  # one [SEP] closing each segment
+            return opening + self.groups  # one [SEP] closing each segment
         return opening + 1 + (sentences if self.sep_id is not None else 0)
 
     def row(self, current: Sequence[int], previous: Sequence[Sequence[int]] = (),
@@ -77,8 +80,7 @@ class StreamLayout:
         previous = [list(s) for s in previous][-self.prev:] if self.prev else []
         following = [list(s) for s in following][:self.next] if self.next else []
         mine = list(current) if self.current else None
-        kept = self._truncate(previous, mine, following)
-        previous, mine, following = kept
+        previous, mine, following = self._truncate(previous, mine, following)
         if self.format == "concat":
             sentences = [*previous, *([mine] if mine is not None else []), *following]
             ids = [] if self.bos_id is None else [self.bos_id]
@@ -100,9 +102,11 @@ class StreamLayout:
         room = self.max_tokens - self.specials(count)
         size = sum(map(len, previous)) + len(mine or []) + sum(map(len, following))
         excess = max(0, size - room)
-        order = [(previous, k, "left") for k in range(len(previous))]  # oldest first
-        order += [(following, k, "right") for k in reversed(range(len(following)))]  # farthest first
-        for group, k, side in sorted(order, key=lambda item: -_distance(item, previous, following)):
+        # (distance from the current sentence, group, index, side it loses tokens from); the sort is
+        # stable, so at equal distance the previous side comes first
+        order = [(len(previous) - k, previous, k, "left") for k in range(len(previous))]
+        order += [(k + 1, following, k, "right") for k in range(len(following))]
+        for _, group, k, side in sorted(order, key=lambda item: -item[0]):
             if excess <= 0:
                 break
             cut = min(excess, len(group[k]))
@@ -111,12 +115,6 @@ class StreamLayout:
         if excess > 0 and mine is not None:
             mine = mine[:len(mine) - excess]
         return previous, mine, following
-
-
-def _distance(item: tuple[list, int, str], previous: list, following: list) -> int:
-    """How far a neighbour is from the current sentence (1 = adjacent)."""
-    group, k, _ = item
-    return len(previous) - k if group is previous else k + 1
 
 
 def _joined(sentences: list[list[int]]) -> list[int]:

@@ -17,7 +17,7 @@ way: its own vocabulary, its own special ids and its own padding id, which need 
   `[CLS] s_1 [SEP] ... s_k [SEP]`: `bos_id` is [CLS] and both `sep_id` and `eos_id` are [SEP] for
   the encoder.
 
-Further kinds plug in through `TOKENIZER_LOADERS` (prefix -> loader).
+Further kinds plug in through `TOKENIZER_LOADERS` (prefix -> what ARGS names, loader).
 """
 
 from __future__ import annotations
@@ -149,19 +149,20 @@ def _load_hugging_face(args: str, spec: str) -> ExternalTokenizer:
     return WordPieceTokenizer(WordPieceVocab.from_pretrained(args, key=TOKENIZER_KEY))
 
 
-TOKENIZER_LOADERS: dict[str, Callable[[str, str], ExternalTokenizer]] = {
-    "vocab": _load_vocabulary,
-    "hf": _load_hugging_face,
+TOKENIZER_LOADERS: dict[str, tuple[str, Callable[[str, str], ExternalTokenizer]]] = {
+    "vocab": ("DIR", _load_vocabulary),
+    "hf": ("NAME", _load_hugging_face),
 }
+"""Spec prefix -> (what ARGS names, the loader of `PREFIX:ARGS`)."""
 
 
 def load_tokenizer(spec: str) -> ExternalTokenizer:
     """The tokenizer named by `spec` (`PREFIX:ARGS`, see the module docstring)."""
     prefix, sep, args = spec.partition(":")
     if not sep or prefix not in TOKENIZER_LOADERS or not args:
-        kinds = "vocab:DIR, hf:NAME"
+        kinds = ", ".join(f"{p}:{what}" for p, (what, _) in TOKENIZER_LOADERS.items())
         raise DocMTInputError(f"expected one of {kinds}, got {spec!r}", key=TOKENIZER_KEY)
-    return TOKENIZER_LOADERS[prefix](args, spec)
+    return TOKENIZER_LOADERS[prefix][1](args, spec)
 
 
 def external_tokenizer(context: Any) -> Optional[ExternalTokenizer]:

@@ -135,18 +135,18 @@ class ParallelStackLayer(TransformerLayer):
         self.branch_at = branch_at
 
     def new_cache(self, inputs: LayerInputs) -> LayerCache:
+        """The caches of the layer's own sublayers (`ResidualBlock`s, whose `fn` keeps one), and the stack's."""
         caches = {name: block.fn.new_cache(inputs) for name, block in self.items()
                   if name != STACK and hasattr(block.fn, "new_cache")}
-        caches[STACK] = self[STACK].new_cache(inputs)
-        return caches
+        return {**caches, STACK: self[STACK].new_cache(inputs)}
 
     def forward(self, x: Tensor, inputs: LayerInputs, cache: Optional[LayerCache] = None) -> Tensor:
         stack: ContextStack = self[STACK]
         for name, block in self.items():
             if name == STACK:
                 continue
-            original = block(x, inputs, None if cache is None else cache.get(name))
-            if name == self.branch_at:
-                original = stack.drop_branch(original, stack(x, inputs, None if cache is None else cache[STACK]))
-            x = original
+            out = block(x, inputs, None if cache is None else cache.get(name))
+            if name == self.branch_at:  # R = out, S = the stack over the same input x
+                out = stack.drop_branch(out, stack(x, inputs, None if cache is None else cache[STACK]))
+            x = out
         return x

@@ -111,7 +111,7 @@ def test_a_parallel_layer_keeps_the_sentence_layers_names_and_adds_the_stack_bes
     assert plain_names <= names
     assert {n.split(".")[0] for n in names - plain_names} == {STACK}
     assert f"{STACK}.blocks.1.attn.in_proj_weight" in names
-    assert "drop_branch.draws" in "".join(layer.state_dict())
+    assert f"{STACK}.drop_branch.draws" in layer.state_dict()  # saved with the model: resumes draw on
     layer.load_state_dict(plain.state_dict(), strict=False)  # a sentence checkpoint loads into it
     with pytest.raises(KeyError, match="no sublayer"):
         stacked(encoder_layer(cfg()), "cross_attn")
