@@ -1,7 +1,8 @@
 """The batch contract between the DataModule and every model.
 
 A batch is a `dict[str, Tensor]` (all int64, right-padded with `PAD_ID`, except the external
-stream: `ctx_ext` is padded with its own tokenizer's pad id and `ctx_ext_pad` is bool):
+streams: `ctx_ext` and `stream_<name>` are padded with their own tokenizer's pad id, and the
+`*_pad` masks are bool):
 
 | key            | shape       | content |
 |----------------|-------------|---------|
@@ -14,12 +15,17 @@ stream: `ctx_ext` is padded with its own tokenizer's pad id and `ctx_ext_pad` is
 | `ctx_tgt`      | (B, U)      | the k previous *reference* target sentences, same layout (segment ids in `ctx_tgt_seg`) |
 | `ctx_ext`      | (B, E)      | the k previous source sentences (the window of `ctx_src`, whatever `context.side`), in the ids of the external tokenizer (`context.external`, `data/tokenizers.py`): `[bos] s_{i-k} sep ... s_{i-1} eos` with THAT tokenizer's specials (no `bos` or `sep` when it has none, no `sep` when `context.separator=false`), at most `context.external.max_tokens` ids, the oldest cut first; an empty context is `[bos] eos`; right-padded with THAT tokenizer's pad id |
 | `ctx_ext_pad`  | (B, E) bool | True where `ctx_ext` is padding; the only way to tell padding, whatever the pad id (never all True in a row) |
+| `stream_<name>` | (B, R)     | named stream `<name>` (`context.streams.<name>`, `data/streams.py`): the current sentence and/or its `prev` previous and `next` next sentences of its `side` (the references for `target`), in its tokenizer's ids and layout (`pair`: `[CLS] A [SEP] B [SEP]`; `concat`: one sequence), at most `max_tokens` ids, the farthest neighbours cut first; right-padded with its tokenizer's pad id |
+| `stream_<name>_types` | (B, R) | token type of every `stream_<name>` id (`pair`: 0 over `[CLS] A [SEP]`, 1 over `B [SEP]`; `concat`: 0); padding 0 |
+| `stream_<name>_pad` | (B, R) bool | True where `stream_<name>` is padding |
 | `sent_index`   | (B,)        | global index of the sentence inside its split (for gathering hypotheses in order) |
 | `doc_index`    | (B,)        | index of its document inside the split |
 | `pos_in_doc`   | (B,)        | 0-based position of the sentence inside its document |
 
 `ctx_*` keys are present only when the corresponding context size is > 0, `ctx_ext` and
-`ctx_ext_pad` only when `context.external` is set (docs/design.md section 5). In document-order mode
+`ctx_ext_pad` only when `context.external` is set, the `stream_<name>*` keys for each stream of
+`context.streams` (docs/design.md section 5). Under a control (`data/context_anchors.py`) a
+stream's neighbours move and its current sentence stays. In document-order mode
 (`data.document_order=true`) a batch holds one sentence of each of up to `data.max_documents`
 documents and a document's next sentence is in the next batch (`data/doc_sampler.py`), so a model
 with target-side context can carry its state from batch to batch; `doc_index` tells which document
@@ -45,8 +51,6 @@ BOS_ID = 2
 EOS_ID = 3
 SEP_ID = 4
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>", "<sep>")
-
-CONTEXT_KEYS = ("ctx_src", "ctx_next", "ctx_tgt")
 
 
 def pad(rows: Sequence[np.ndarray], value: int = PAD_ID) -> torch.Tensor:

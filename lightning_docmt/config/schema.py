@@ -48,6 +48,26 @@ class ExternalContextConfig:
 
 
 @dataclass
+class StreamConfig:
+    """One named external stream (`context.streams.<name>`, docs/design.md section 5; batch keys
+    `stream_<name>`, `stream_<name>_types`, `stream_<name>_pad` in `batch.py`): the sentences around
+    sentence i of one side, in a pretrained encoder's own ids and layout (Donato et al. 2021,
+    docs/papers/donato2021.md readings D5 and D22; `data/streams.py`).
+
+    Under the no-context and random-context controls a stream keeps the current sentence; only its
+    neighbours move. A `target` stream reads the reference translations of its neighbours.
+    """
+
+    tokenizer: str = ""  # vocab:DIR[?pad_id=N] | hf:NAME (data/tokenizers.py)
+    side: str = "source"  # source | target
+    prev: int = 0  # previous sentences read
+    current: bool = True  # the current sentence itself
+    next: int = 0  # next sentences read
+    format: str = "pair"  # pair: [CLS] A [SEP] B [SEP] with token types (BERT) | concat: one sequence (PEGASUS)
+    max_tokens: int = 512  # cap on a row (specials included); the farthest neighbours are cut first
+
+
+@dataclass
 class ContextConfig:
     """Document windows around sentence i (docs/design.md section 5)."""
 
@@ -57,6 +77,7 @@ class ContextConfig:
     max_tokens: int = 256  # cap on context tokens per side; the oldest context is cut first
     separator: bool = True  # <sep> between context sentences (Zhang's reference: False, reading Z4)
     external: Optional[ExternalContextConfig] = None  # ctx_ext: the k previous sentences; None = off
+    streams: dict[str, StreamConfig] = field(default_factory=dict)  # named external streams
 
 
 @dataclass
@@ -242,5 +263,9 @@ def inert_keys(cfg: Any) -> frozenset[str]:
     """The dotted keys of a resolved run config (a DictConfig or a plain dict) that cannot change
     what the run computes, given the rest of it: `data.max_documents` outside document order.
     Reuse checks and stage keys leave them out, so that a profile may set them for the models
-    they concern without orphaning the runs of the others."""
-    return frozenset() if cfg["data"].get("document_order", False) else frozenset({"data.max_documents"})
+    they concern without orphaning the runs of the others. `context.streams` when it names no
+    stream is inert too: runs composed before streams existed then keep their keys."""
+    inert = set() if cfg["data"].get("document_order", False) else {"data.max_documents"}
+    if not cfg["context"].get("streams"):
+        inert.add("context.streams")
+    return frozenset(inert)

@@ -14,12 +14,18 @@ shares one copy in the page cache:
 | `doc_ids.json`            | json list      | document ids, in order |
 | `{src,tgt}.txt(.offsets)` | bytes, int64   | raw UTF-8 text (valid/test only: BLEU references) |
 | `ext.ids`, `ext.offsets`  | own dtype, int64 | source sentences in the external tokenizer's ids (see below) |
+| `<side>.<fp>.{ids,offsets}` | own dtype, int64 | one side in a stream tokenizer's ids (see below) |
 | `meta.json`               | json           | counts (see `prepare.py`) and the token dtype |
 
 The `ext.*` files exist only with `context.external` (docs/design.md section 5): the source
 sentences encoded by the external tokenizer (`data/tokenizers.py`), whose id dtype is its own;
 `meta.json` then also holds `ext_subwords` and `external` (the tokenizer's fingerprint and the
 dtype of `ext.ids`). Without it a split is exactly what it was before the stream existed.
+
+The named streams (`context.streams`, `data/streams.py`) read a side (`src` or `tgt`) in their
+tokenizer's ids: each distinct (side, tokenizer) is one array `<side>.<fingerprint[:16]>`
+(`streams.retokenised_name`), listed in `meta.json` under `retokenised` with its side, tokenizer
+fingerprint and dtype, and opened as `BinarizedSplit.retokenised[name]`.
 
 Over-long training pairs (`data.max_len`, `data.max_len_ratio`) are not targets but stay in the
 arrays as context of their neighbours, and are counted as `filtered`: nothing is dropped silently.
@@ -34,7 +40,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
 from pathlib import Path
-from typing import BinaryIO, Iterable
+from typing import BinaryIO, Iterable, Mapping
 
 import numpy as np
 
@@ -134,6 +140,8 @@ class BinarizedSplit(_Mapped):
         external = self.meta.get("external")
         self.ext = (TokenArray(self.path, EXTERNAL_SIDE, external["dtype"]) if external
                     else None)  # the source sentences in the external tokenizer's ids
+        self.retokenised = {name: TokenArray(self.path, name, entry["dtype"])
+                            for name, entry in self.meta.get("retokenised", {}).items()}
 
     @property
     def doc_offsets(self) -> np.ndarray:
@@ -202,7 +210,8 @@ class _SplitWriter:
     """Appends encoded chunks of sentences to the raw files of one split directory.
 
     `dtypes` maps each token side to its id dtype: `src` and `tgt`, plus `ext` for the external
-    stream (which has ids, but no text and no whitespace-token count).
+    stream and the streams' retokenised arrays (which have ids, but no text and no whitespace-token
+    count).
     """
 
     def __init__(self, out: Path, files: ExitStack, dtypes: dict[str, np.dtype], keep_text: bool):
@@ -256,19 +265,25 @@ def build_cache(documents: Iterable[Document], src_vocab: Vocabulary, tgt_vocab:
                 out: str | Path, *, length_filter: LengthFilter | None = None,
                 keep_text: bool = False, extra_meta: dict | None = None,
                 chunk_sentences: int = _CHUNK_SENTENCES,
-                external: ExternalTokenizer | None = None) -> dict:
+                external: ExternalTokenizer | None = None,
+                retokenised: Mapping[str, tuple[str, ExternalTokenizer]] | None = None) -> dict:
     """Binarize `documents` into the (empty, existing) directory `out`; returns its meta.
 
     Sentences are encoded `chunk_sentences` at a time with the vocabulary's batch encoder and
     appended to the raw files, so memory stays bounded by one chunk whatever the corpus size.
     `external` also writes the source sentences in that tokenizer's ids (`ext.*`); without it
     the files are exactly those of a build that knows nothing of the external stream.
+    `retokenised` (array name -> (side, tokenizer), `streams.retokenised_name`) also writes each
+    named array: that side's sentences in that tokenizer's ids.
     """
+    retokenised = dict(retokenised or {})
     out = Path(out)
     dtype = token_dtype(max(len(src_vocab), len(tgt_vocab)))
     dtypes = {side: dtype for side in _SIDES}
     if external is not None:
         dtypes[EXTERNAL_SIDE] = token_dtype(len(external))
+    for name, (_, tokenizer) in retokenised.items():
+        dtypes[name] = token_dtype(len(tokenizer))
     doc_ids: list[str] = []
     doc_offsets = array("q", [0])
     with ExitStack() as files:
@@ -281,6 +296,8 @@ def build_cache(documents: Iterable[Document], src_vocab: Vocabulary, tgt_vocab:
             tgt_len = writer.add("tgt", tgt_buf, tgt_vocab)
             if external is not None:
                 writer.add_ids(EXTERNAL_SIDE, external.encode_batch(src_buf))
+            for name, (side, tokenizer) in retokenised.items():
+                writer.add_ids(name, tokenizer.encode_batch(src_buf if side == "src" else tgt_buf))
             keep = (length_filter.keep(src_len, tgt_len) if length_filter is not None
                     else np.ones(len(src_len), dtype=bool))
             writer.add_targets(keep)
@@ -303,5 +320,9 @@ def build_cache(documents: Iterable[Document], src_vocab: Vocabulary, tgt_vocab:
     if external is not None:
         meta["external"] = {"fingerprint": external.fingerprint,
                             "dtype": dtypes[EXTERNAL_SIDE].name}
+    if retokenised:
+        meta["retokenised"] = {name: {"side": side, "fingerprint": tokenizer.fingerprint,
+                                      "dtype": dtypes[name].name}
+                               for name, (side, tokenizer) in retokenised.items()}
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     return meta

@@ -6,7 +6,9 @@ windows are cut and padded inside the workers and only finished tensors cross pr
 `row_lengths` gives the unpadded length of every tensor row, for token-budget batching.
 
 The external stream (`ctx_ext`, docs/design.md section 5) is padded with its own tokenizer's pad
-id and comes with `ctx_ext_pad`, the padding mask, so that no model needs to know that id.
+id and comes with `ctx_ext_pad`, the padding mask, so that no model needs to know that id; so is
+each named stream (`stream_<name>`, with `stream_<name>_types` and `stream_<name>_pad`), whose
+current sentence is always the batch's own (only its neighbours follow the anchors).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch.utils.data import Dataset
 from lightning_docmt.batch import BOS_ID, EOS_ID, pad
 from lightning_docmt.data.cache import BinarizedSplit
 from lightning_docmt.data.context_anchors import ContextAnchors
+from lightning_docmt.data.streams import StreamSpec
 from lightning_docmt.data.windows import ExternalWindow, WindowSpec, context_lengths, context_window
 
 
@@ -43,6 +46,22 @@ def external_context(split: BinarizedSplit, index: np.ndarray, doc_start: np.nda
     tokens = pad(rows, window.pad_id)
     lengths = torch.tensor([len(r) for r in rows])
     return tokens, torch.arange(tokens.size(1))[None, :] >= lengths[:, None]  # (B, E)
+
+
+def stream_tensors(split: BinarizedSplit, stream: StreamSpec, index: np.ndarray, anchor: np.ndarray,
+                   start: np.ndarray, end: np.ndarray) -> dict[str, torch.Tensor]:
+    """A named stream's three batch tensors, (B, S) each: ids padded with its pad id, token types
+    padded with 0, and the padding mask from the lengths."""
+    array = split.retokenised.get(stream.array)
+    if array is None:
+        raise ValueError(f"split '{split.path}' was binarized without the array of stream '{stream.name}'")
+    rows = [stream.row(array.ids, array.offsets, int(i), int(a), int(s), int(e))
+            for i, a, s, e in zip(index, anchor, start, end)]
+    ids_key, types_key, pad_key = stream.keys
+    tokens = pad([r[0] for r in rows], stream.pad_id)
+    lengths = torch.tensor([len(r[0]) for r in rows])
+    return {ids_key: tokens, types_key: pad([r[1] for r in rows], 0),
+            pad_key: torch.arange(tokens.size(1))[None, :] >= lengths[:, None]}
 
 
 def collate(split: BinarizedSplit, indices: Sequence[int], spec: WindowSpec,
@@ -74,19 +93,21 @@ def collate(split: BinarizedSplit, indices: Sequence[int], spec: WindowSpec,
     if spec.external is not None:
         batch["ctx_ext"], batch["ctx_ext_pad"] = external_context(split, ctx_anchor, ctx_start,
                                                                   ctx_end, spec.external)
+    for stream in spec.streams:
+        batch.update(stream_tensors(split, stream, index, ctx_anchor, ctx_start, ctx_end))
     return batch
 
 
 def row_lengths(split: BinarizedSplit, spec: WindowSpec, index: np.ndarray,
                 anchors: ContextAnchors | None = None, chunk: int = 1 << 18) -> np.ndarray:
     """(n_tensors, len(index)) int32: the length of each given sentence's row in `src`, in
-    `tgt_in` (= `tgt_out`), in each context tensor present and in `ctx_ext` when present, in that
-    order, with the context of `anchors` (None: each sentence's own). Computed `chunk` sentences
+    `tgt_in` (= `tgt_out`), in each context tensor present, in `ctx_ext` when present and in each
+    named stream, in that order, with the context of `anchors` (None: each sentence's own). Computed `chunk` sentences
     at a time so that temporaries stay small whatever the corpus size."""
     index = np.asarray(index, dtype=np.int64)
     sides = list(spec.sides().values())
     external = spec.external
-    out = np.empty((2 + len(sides) + (external is not None), len(index)), dtype=np.int32)
+    out = np.empty((2 + len(sides) + (external is not None) + len(spec.streams), len(index)), dtype=np.int32)
     for c in range(0, len(index), chunk):
         i = index[c:c + chunk]
         if anchors is None:
@@ -100,7 +121,9 @@ def row_lengths(split: BinarizedSplit, spec: WindowSpec, index: np.ndarray,
             out[r, c:c + chunk] = context_lengths(context_tokens(split, side).offsets, *ctx, direction,
                                                   size, spec.max_tokens, spec.separator)
         if external is not None:
-            out[-1, c:c + chunk] = external.lengths(split.ext.offsets, *ctx)
+            out[2 + len(sides), c:c + chunk] = external.lengths(split.ext.offsets, *ctx)
+        for r, stream in enumerate(spec.streams, start=2 + len(sides) + (external is not None)):
+            out[r, c:c + chunk] = stream.lengths(split.retokenised[stream.array].offsets, i, *ctx)
     return out
 
 

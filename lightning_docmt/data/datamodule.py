@@ -33,7 +33,8 @@ from lightning_docmt.data.collate import WindowDataset, row_lengths
 from lightning_docmt.data.doc_sampler import DocumentOrderBatchSampler
 from lightning_docmt.data.prepare import build_caches, cache_layout
 from lightning_docmt.data.sampler import ShardedBatchSampler, TokenBudgetBatchSampler
-from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
+from lightning_docmt.data.streams import retokenised_arrays
+from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer, stream_tokenizers
 from lightning_docmt.data.vocab import Vocabulary, load_vocabularies
 from lightning_docmt.data.windows import WindowSpec
 
@@ -44,11 +45,14 @@ class DocumentWindowDataModule(pl.LightningDataModule):
                  world_size: int = 1):
         """`seed` drives the per-epoch shuffles; None takes the seed of the last
         `pl.seed_everything` call (0 if none). `rank`/`world_size` apply without a trainer.
-        The tokenizer of `context.external` (None when that stream is off) is loaded here."""
+        The tokenizers of `context.external` (None when that stream is off) and of
+        `context.streams` are loaded here."""
         super().__init__()
         self.data_cfg, self.vocab_cfg = data, vocab
         self.external: ExternalTokenizer | None = external_tokenizer(context)
-        self.window = WindowSpec.from_config(context, self.external)
+        tokenizers = stream_tokenizers(context)
+        self.window = WindowSpec.from_config(context, self.external, tokenizers)
+        self.retokenised = retokenised_arrays(self.window.streams, tokenizers)
         self.seed = int(os.environ.get("PL_GLOBAL_SEED", 0)) if seed is None else seed
         self._rank, self._world_size = rank, world_size
         self._splits: dict[str, BinarizedSplit] = {}
@@ -58,12 +62,12 @@ class DocumentWindowDataModule(pl.LightningDataModule):
 
     # ----------------------------------------------------------------- building and loading
     def prepare_data(self) -> None:
-        build_caches(self.data_cfg, self.vocab_cfg, self.external)
+        build_caches(self.data_cfg, self.vocab_cfg, self.external, self.retokenised)
 
     def setup(self, stage: str | None = None) -> None:
-        layout = cache_layout(self.data_cfg, self.vocab_cfg, self.external)
+        layout = cache_layout(self.data_cfg, self.vocab_cfg, self.external, self.retokenised)
         if not (layout.vocab_dir.is_dir() and all(d.is_dir() for d in layout.split_dirs.values())):
-            layout = build_caches(self.data_cfg, self.vocab_cfg, self.external)
+            layout = build_caches(self.data_cfg, self.vocab_cfg, self.external, self.retokenised)
         self._vocabs = load_vocabularies(layout.vocab_dir)
         self._splits = {name: load_cache(d) for name, d in layout.split_dirs.items()}
 

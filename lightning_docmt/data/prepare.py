@@ -6,7 +6,9 @@ are computed from corpus fingerprints and options alone, so `cache_layout` finds
 entries without reading any corpus; `build_caches` reads each corpus at most once, and only when
 something is missing. With an external tokenizer (`context.external`, docs/design.md section 5)
 the split key also holds its fingerprint, so changing the tokenizer rebuilds the splits; without
-one the keys are those of a pipeline that has no external stream.
+one the keys are those of a pipeline that has no external stream. The same holds for the arrays of
+the named streams (`context.streams`): the key holds each (side, tokenizer fingerprint), not the
+streams' windows, which are cut when a batch is collated.
 
 The vocabulary is learnt from the whole training split, whatever `data.train_fraction` keeps: the
 stages of one run may train on different fractions (Zhang et al. 2018, Table 7: step 1 on
@@ -19,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from lightning_docmt.config.schema import DataConfig, VocabConfig
 from lightning_docmt.data.cache import CACHE_FORMAT, LengthFilter, build_cache
@@ -27,10 +29,15 @@ from lightning_docmt.data.cachedir import build_once, content_key
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.languages import character_coverages
 from lightning_docmt.data.splits import SplitSource, split_sources
-from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
+from lightning_docmt.data.streams import retokenised_arrays
+from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer, stream_tokenizers
 from lightning_docmt.data.types import Corpus, Document
 from lightning_docmt.data.vocab import build_vocabularies, load_vocabularies, vocab_dir
+from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.errors import DocMTInputError
+
+Retokenised = Mapping[str, tuple[str, ExternalTokenizer]]
+"""Array name -> (corpus side, tokenizer): the streams' arrays of a split (`cache.build_cache`)."""
 
 STAT_KEYS = ("documents", "sentences", "src_tokens", "tgt_tokens", "src_subwords", "tgt_subwords",
              "filtered", "targets")
@@ -61,8 +68,10 @@ def vocabulary_source(sources: dict[str, SplitSource]) -> SplitSource:
     return replace(sources["train"], fraction=1.0)
 
 
-def cache_layout(data: DataConfig, vocab: VocabConfig,
-                 external: ExternalTokenizer | None = None) -> CacheLayout:
+def cache_layout(data: DataConfig, vocab: VocabConfig, external: ExternalTokenizer | None = None,
+                 retokenised: Retokenised | None = None) -> CacheLayout:
+    """Where the vocabulary and the splits of `data` live (nothing is read or built);
+    `retokenised`: the streams' arrays (`streams.retokenised_arrays`)."""
     check_data_config(data)
     sources = split_sources(data)
     vdir = vocab_dir(data.cache_dir, vocab, vocabulary_source(sources).fingerprint(),
@@ -74,6 +83,8 @@ def cache_layout(data: DataConfig, vocab: VocabConfig,
                   "filter": lf and [lf.max_len, lf.max_len_ratio], "text": split != "train"}
         if external is not None:
             inputs["external"] = external.fingerprint
+        if retokenised:
+            inputs["retokenised"] = sorted([side, tokenizer.fingerprint] for side, tokenizer in retokenised.values())
         key = content_key(inputs)
         split_dirs[split] = Path(data.cache_dir) / "bin" / f"{split}-{key}"
     return CacheLayout(vdir, split_dirs)
@@ -94,12 +105,12 @@ class _CorpusReader:
         return source.select(self.corpus(source.spec))
 
 
-def build_caches(data: DataConfig, vocab: VocabConfig,
-                 external: ExternalTokenizer | None = None) -> CacheLayout:
+def build_caches(data: DataConfig, vocab: VocabConfig, external: ExternalTokenizer | None = None,
+                 retokenised: Retokenised | None = None) -> CacheLayout:
     """Build whatever is missing of the vocabulary and the three splits (with the `external`
-    stream when given); safe to run concurrently (each entry is built under a lock and renamed
-    into place)."""
-    layout = cache_layout(data, vocab, external)
+    stream and the `retokenised` arrays when given); safe to run concurrently (each entry is built
+    under a lock and renamed into place)."""
+    layout = cache_layout(data, vocab, external, retokenised)
     sources = split_sources(data)
     reader = _CorpusReader()
     train = vocabulary_source(sources)
@@ -125,7 +136,7 @@ def build_caches(data: DataConfig, vocab: VocabConfig,
                         keep_text=source.split != "train",
                         extra_meta={"split": source.split, "spec": source.spec,
                                     "reader_skipped": corpus.skipped},
-                        external=external)
+                        external=external, retokenised=retokenised)
 
         build_once(directory, build)
     return layout
@@ -136,19 +147,25 @@ def read_meta(directory: Path) -> dict[str, Any]:
 
 
 def prepare(cfg: Any) -> dict[str, Any]:
-    """Build vocab + caches for `cfg.data` / `cfg.vocab` (and `cfg.context.external`, when
-    `cfg` has it); JSON-able stats.
+    """Build vocab + caches for `cfg.data` / `cfg.vocab` (and `cfg.context.external` and
+    `cfg.context.streams`, when `cfg` has them); JSON-able stats.
 
     `{"train"|"valid"|"test": {documents, sentences, src_tokens, tgt_tokens (whitespace),
-    src_subwords, tgt_subwords, filtered, targets[, ext_subwords]}, "vocab": {...},
-    "skipped": {spec: {...}}}` where `skipped` holds what the corpus readers left out by rule and
-    `ext_subwords` counts the external stream's ids when there is one.
+    src_subwords, tgt_subwords, filtered, targets[, ext_subwords][, <array>_subwords]},
+    "vocab": {...}, "skipped": {spec: {...}}}` where `skipped` holds what the corpus readers left
+    out by rule, `ext_subwords` counts the external stream's ids when there is one and
+    `<array>_subwords` the ids of each streams' array (`streams.retokenised_name`).
     """
-    external = external_tokenizer(getattr(cfg, "context", None))
-    layout = build_caches(cfg.data, cfg.vocab, external)
+    context = getattr(cfg, "context", None)
+    external = external_tokenizer(context)
+    tokenizers = stream_tokenizers(context)
+    retokenised = (retokenised_arrays(WindowSpec.from_config(context, external, tokenizers).streams, tokenizers)
+                   if tokenizers else {})
+    layout = build_caches(cfg.data, cfg.vocab, external, retokenised)
     src_vocab, tgt_vocab = load_vocabularies(layout.vocab_dir)
     metas = {split: read_meta(d) for split, d in layout.split_dirs.items()}
-    keys = STAT_KEYS + (() if external is None else ("ext_subwords",))
+    keys = (STAT_KEYS + (() if external is None else ("ext_subwords",))
+            + tuple(f"{name}_subwords" for name in retokenised))
     stats: dict[str, Any] = {split: {k: m[k] for k in keys} for split, m in metas.items()}
     stats["vocab"] = {"type": cfg.vocab.type, "joint": src_vocab is tgt_vocab,
                       "src_size": len(src_vocab), "tgt_size": len(tgt_vocab),

@@ -12,23 +12,37 @@ side of the document, and lays them out for its encoder:
   the current sentence keeps its segment: B_s(p,c) of a document's first sentence is
   `[CLS] [SEP] c [SEP]`.
 - `concat` (PEGASUS, one sequence): every sentence in document order, each closed by the
-  tokenizer's `sep_id` when it has one (else concatenated), then `eos_id`; token types 0.
+  tokenizer's `sep_id` when it has one (else concatenated), then `eos_id`; token types 0. A
+  tokenizer whose separator is its end (BERT's `[SEP]`) closes the last sentence with that one
+  `[SEP]`, not two.
 Beyond `max_tokens` ids, the farthest neighbours lose their tokens first (the oldest previous
 tokens, the last next tokens; at equal distance the previous side first), then the current
 sentence its last tokens; the specials stay.
 
 The layout takes the sentences as token-id lists, so a control can hand it other neighbours (the
 no-context and random-context passes move only the neighbours; the current sentence stays).
+
+`StreamSpec` is one configured stream (`context.streams.<name>`): its layout, the corpus side it
+reads and the token array of that side in its tokenizer's ids (a split's `retokenised` array,
+`data/cache.py`), and how it cuts the rows of a batch around an anchor sentence
+(`data/context_anchors.py`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
+
+import numpy as np
 
 from lightning_docmt.errors import DocMTInputError
 
+if TYPE_CHECKING:
+    from lightning_docmt.config.schema import StreamConfig
+    from lightning_docmt.data.tokenizers import ExternalTokenizer
+
 STREAM_FORMATS = ("pair", "concat")
+STREAM_SIDES = {"source": "src", "target": "tgt"}  # `side` setting -> the corpus side it reads
 
 
 @dataclass(frozen=True)
@@ -66,12 +80,15 @@ class StreamLayout:
         """How many of previous | current | next the stream reads."""
         return [self.prev > 0, self.current, self.next > 0].count(True)
 
-    def specials(self, sentences: int = 0) -> int:
-        """The special ids of a row (`sentences`: how many a concat row holds)."""
+    def specials(self, sentences: int | np.ndarray = 0) -> int | np.ndarray:
+        """The special ids of a row (`sentences`: how many a concat row holds; an array gives one
+        count per row)."""
         opening = 0 if self.bos_id is None else 1
         if self.format == "pair":
             return opening + self.groups  # one [SEP] closing each segment
-        return opening + 1 + (sentences if self.sep_id is not None else 0)
+        if self.sep_id is None:
+            return opening + 1
+        return opening + 1 + (np.maximum(sentences - 1, 0) if self.sep_id == self.eos_id else sentences)
 
     def row(self, current: Sequence[int], previous: Sequence[Sequence[int]] = (),
             following: Sequence[Sequence[int]] = ()) -> tuple[list[int], list[int]]:
@@ -86,6 +103,8 @@ class StreamLayout:
             ids = [] if self.bos_id is None else [self.bos_id]
             for sentence in sentences:
                 ids += sentence + ([self.sep_id] if self.sep_id is not None else [])
+            if sentences and self.sep_id == self.eos_id:
+                ids.pop()  # the last separator is the end
             ids.append(self.eos_id)
             return ids, [0] * len(ids)
         groups = [g for g, present in ((_joined(previous), self.prev > 0), (mine, self.current),
@@ -119,3 +138,72 @@ class StreamLayout:
 
 def _joined(sentences: list[list[int]]) -> list[int]:
     return [i for sentence in sentences for i in sentence]
+
+
+def retokenised_name(side: str, tokenizer: ExternalTokenizer) -> str:
+    """The name of a split's token array holding corpus side `side` (src/tgt) in `tokenizer`'s ids:
+    streams that read one side with one tokenizer share it."""
+    return f"{side}.{tokenizer.fingerprint[:16]}"
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """One named stream of a batch (`context.streams.<name>`): batch keys `stream_<name>` (ids,
+    padded with `pad_id`), `stream_<name>_types` (token types, padded with 0) and
+    `stream_<name>_pad` (True on padding)."""
+
+    name: str
+    side: str  # the corpus side read: src | tgt
+    array: str  # the split's retokenised array of that side (`retokenised_name`)
+    layout: StreamLayout
+    pad_id: int
+
+    @classmethod
+    def from_config(cls, name: str, cfg: StreamConfig, tokenizer: ExternalTokenizer) -> StreamSpec:
+        key = f"context.streams.{name}"
+        if not name.isidentifier():
+            raise DocMTInputError("a stream's name must be an identifier (it names batch keys)", key=key)
+        if cfg.side not in STREAM_SIDES:
+            raise DocMTInputError(f"must be one of {', '.join(STREAM_SIDES)}, got {cfg.side!r}",
+                                  key=f"{key}.side")
+        layout = StreamLayout(prev=cfg.prev, current=cfg.current, next=cfg.next, format=cfg.format,
+                              max_tokens=cfg.max_tokens, eos_id=tokenizer.eos_id, sep_id=tokenizer.sep_id,
+                              bos_id=tokenizer.bos_id, key=key)
+        side = STREAM_SIDES[cfg.side]
+        return cls(name, side, retokenised_name(side, tokenizer), layout, tokenizer.pad_id)
+
+    @property
+    def keys(self) -> tuple[str, str, str]:
+        """The batch keys: ids, token types, padding mask."""
+        return f"stream_{self.name}", f"stream_{self.name}_types", f"stream_{self.name}_pad"
+
+    def row(self, ids: np.ndarray, offsets: np.ndarray, i: int, anchor: int, start: int, end: int
+            ) -> tuple[list[int], list[int]]:
+        """(ids, token types) of sentence i's row: its own sentence, and the neighbours of `anchor`
+        inside the document [start, end) (`anchor` = i and its own document, except under a control)."""
+        def sentence(j: int) -> np.ndarray:
+            return ids[offsets[j]:offsets[j + 1]].tolist()
+
+        before = range(max(start, anchor - self.layout.prev), anchor)
+        after = range(anchor + 1, min(end, anchor + 1 + self.layout.next))
+        return self.layout.row(sentence(i), [sentence(j) for j in before], [sentence(j) for j in after])
+
+    def lengths(self, offsets: np.ndarray, index: np.ndarray, anchor: np.ndarray, start: np.ndarray,
+                end: np.ndarray) -> np.ndarray:
+        """The length of `row` for each given sentence at once, (len(index),) int64."""
+        layout = self.layout
+        before = np.minimum(layout.prev, anchor - start)  # (n,) previous neighbours present
+        after = np.minimum(layout.next, end - 1 - anchor)  # (n,) next neighbours present
+        text = (offsets[anchor] - offsets[anchor - before]) + (offsets[anchor + 1 + after] - offsets[anchor + 1])
+        if layout.current:
+            text = text + offsets[index + 1] - offsets[index]
+        sentences = before + after + int(layout.current)  # (n,)
+        specials = layout.specials(sentences)  # (n,) or one count for every row
+        return (specials + np.minimum(text, layout.max_tokens - specials)).astype(np.int64)
+
+
+def retokenised_arrays(streams: Sequence[StreamSpec], tokenizers: dict[str, ExternalTokenizer]
+                       ) -> dict[str, tuple[str, ExternalTokenizer]]:
+    """The arrays the splits must hold for `streams` (`build_cache(retokenised=...)`): array name ->
+    (side, tokenizer), one per distinct side and tokenizer; `tokenizers` by stream name."""
+    return {stream.array: (stream.side, tokenizers[stream.name]) for stream in streams}

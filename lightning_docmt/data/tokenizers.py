@@ -1,4 +1,5 @@
-"""Tokenizers of the external context stream `ctx_ext` (docs/design.md section 5).
+"""Tokenizers of the external context streams: `ctx_ext` and the named `context.streams`
+(docs/design.md section 5).
 
 A pretrained context encoder (BERT-like, PEGASUS) reads the context sentences tokenised its own
 way: its own vocabulary, its own special ids and its own padding id, which need not be `PAD_ID`.
@@ -115,22 +116,20 @@ class VocabularyTokenizer:
         return len(self.vocab)
 
 
-def _load_vocabulary(args: str, spec: str) -> VocabularyTokenizer:
+def _load_vocabulary(args: str, spec: str, key: str) -> VocabularyTokenizer:
     try:
         directory, options = split_query(args, spec=spec, allowed=("pad_id",))
     except DocMTInputError as err:
-        raise DocMTInputError(str(err), key=TOKENIZER_KEY) from None
+        raise DocMTInputError(str(err), key=key) from None
     if not (Path(directory) / "vocab.json").is_file():
-        raise DocMTInputError(f"no vocabulary saved in '{directory}' (expected its vocab.json)",
-                              key=TOKENIZER_KEY)
+        raise DocMTInputError(f"no vocabulary saved in '{directory}' (expected its vocab.json)", key=key)
     pad = options.get("pad_id", str(PAD_ID))
     if not pad.isdigit():
-        raise DocMTInputError(f"pad_id must be a non-negative integer, got {pad!r}",
-                              key=TOKENIZER_KEY)
+        raise DocMTInputError(f"pad_id must be a non-negative integer, got {pad!r}", key=key)
     try:
         return VocabularyTokenizer(Vocabulary.load(directory), int(pad))
     except ValueError as err:
-        raise DocMTInputError(f"'{spec}': {err}", key=TOKENIZER_KEY) from None
+        raise DocMTInputError(f"'{spec}': {err}", key=key) from None
 
 
 class WordPieceTokenizer(VocabularyTokenizer):
@@ -142,27 +141,28 @@ class WordPieceTokenizer(VocabularyTokenizer):
         self.bos_id = BOS_ID
 
 
-def _load_hugging_face(args: str, spec: str) -> ExternalTokenizer:
+def _load_hugging_face(args: str, spec: str, key: str) -> ExternalTokenizer:
     if importlib.util.find_spec("transformers") is None:
         raise DocMTInputError(f"'{spec}' needs the 'transformers' package, which is not "
-                              "installed (pip install transformers)", key=TOKENIZER_KEY)
-    return WordPieceTokenizer(WordPieceVocab.from_pretrained(args, key=TOKENIZER_KEY))
+                              "installed (pip install transformers)", key=key)
+    return WordPieceTokenizer(WordPieceVocab.from_pretrained(args, key=key))
 
 
-TOKENIZER_LOADERS: dict[str, tuple[str, Callable[[str, str], ExternalTokenizer]]] = {
+TOKENIZER_LOADERS: dict[str, tuple[str, Callable[[str, str, str], ExternalTokenizer]]] = {
     "vocab": ("DIR", _load_vocabulary),
     "hf": ("NAME", _load_hugging_face),
 }
-"""Spec prefix -> (what ARGS names, the loader of `PREFIX:ARGS`)."""
+"""Spec prefix -> (what ARGS names, the loader of `PREFIX:ARGS`, called with the setting an error names)."""
 
 
-def load_tokenizer(spec: str) -> ExternalTokenizer:
-    """The tokenizer named by `spec` (`PREFIX:ARGS`, see the module docstring)."""
+def load_tokenizer(spec: str, key: str = TOKENIZER_KEY) -> ExternalTokenizer:
+    """The tokenizer named by `spec` (`PREFIX:ARGS`, see the module docstring); `key` is the
+    setting that names it, for errors."""
     prefix, sep, args = spec.partition(":")
     if not sep or prefix not in TOKENIZER_LOADERS or not args:
         kinds = ", ".join(f"{p}:{what}" for p, (what, _) in TOKENIZER_LOADERS.items())
-        raise DocMTInputError(f"expected one of {kinds}, got {spec!r}", key=TOKENIZER_KEY)
-    return TOKENIZER_LOADERS[prefix][1](args, spec)
+        raise DocMTInputError(f"expected one of {kinds}, got {spec!r}", key=key)
+    return TOKENIZER_LOADERS[prefix][1](args, spec, key)
 
 
 def external_tokenizer(context: Any) -> Optional[ExternalTokenizer]:
@@ -173,3 +173,11 @@ def external_tokenizer(context: Any) -> Optional[ExternalTokenizer]:
     """
     external = getattr(context, "external", None)
     return None if external is None else load_tokenizer(external.tokenizer)
+
+
+def stream_tokenizers(context: Any) -> dict[str, ExternalTokenizer]:
+    """The tokenizer of each stream of `context.streams` by stream name (none for a config
+    without the key, saved before it existed)."""
+    streams = getattr(context, "streams", None) or {}
+    return {name: load_tokenizer(stream.tokenizer, key=f"context.streams.{name}.tokenizer")
+            for name, stream in streams.items()}

@@ -15,7 +15,8 @@ tokens first: the left of a previous-context, the right of a next-context.
 The external stream `ctx_ext` (`context.external`, docs/design.md section 5) has the window of
 `ctx_src` (the k previous source sentences, oldest first, inside the document, truncated from the
 oldest side) in the ids of a second tokenizer, laid out with that tokenizer's own specials
-(`ExternalWindow`).
+(`ExternalWindow`). The named streams (`context.streams`) have layouts of their own
+(`data/streams.StreamSpec`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import numpy as np
 
 from lightning_docmt.batch import EOS_ID, SEP_ID
 from lightning_docmt.config.schema import ContextConfig
-from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
+from lightning_docmt.data.streams import StreamSpec
+from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer, stream_tokenizers
 from lightning_docmt.errors import DocMTInputError
 
 CONTEXT_SIDES = ("source", "target", "mix")
@@ -92,7 +94,8 @@ class WindowSpec:
     `context.side`: source -> `ctx_src` (k previous source sentences); target -> `ctx_tgt`
     (k previous reference target sentences); mix -> both. `ctx_next` (m next source sentences)
     is independent of the side. `external` (from `context.external`, whatever the side) adds
-    `ctx_ext` and `ctx_ext_pad`.
+    `ctx_ext` and `ctx_ext_pad`; each of `streams` (`context.streams`) its three keys
+    (`StreamSpec.keys`).
     """
 
     prev_src: int = 0
@@ -101,12 +104,14 @@ class WindowSpec:
     max_tokens: int = 256
     separator: bool = True
     external: Optional[ExternalWindow] = None
+    streams: tuple[StreamSpec, ...] = ()
 
     @classmethod
-    def from_config(cls, cfg: ContextConfig, tokenizer: Optional[ExternalTokenizer] = None
-                    ) -> WindowSpec:
-        """`tokenizer` is the one of `context.external` when the caller has it loaded already;
-        else it is loaded here (and ignored when the external stream is off)."""
+    def from_config(cls, cfg: ContextConfig, tokenizer: Optional[ExternalTokenizer] = None,
+                    streams: Optional[dict[str, ExternalTokenizer]] = None) -> WindowSpec:
+        """`tokenizer` is the one of `context.external` and `streams` those of `context.streams`
+        (by name, `tokenizers.stream_tokenizers`) when the caller has them loaded already; else
+        they are loaded here (and ignored when the stream is off)."""
         if cfg.side not in CONTEXT_SIDES:
             raise DocMTInputError(f"must be one of {', '.join(CONTEXT_SIDES)}, got {cfg.side!r}",
                                   key="context.side")
@@ -119,16 +124,37 @@ class WindowSpec:
         if getattr(cfg, "external", None) is not None:
             tokenizer = tokenizer if tokenizer is not None else external_tokenizer(cfg)
             external = ExternalWindow.from_config(cfg, tokenizer)
+        configured = getattr(cfg, "streams", None) or {}
+        streams = streams if streams is not None else stream_tokenizers(cfg)
         k = cfg.prev_sentences
         return cls(prev_src=k if cfg.side in ("source", "mix") else 0, next_src=cfg.next_sentences,
                    prev_tgt=k if cfg.side in ("target", "mix") else 0, max_tokens=cfg.max_tokens,
-                   separator=cfg.separator, external=external)
+                   separator=cfg.separator, external=external,
+                   streams=tuple(StreamSpec.from_config(name, stream, streams[name])
+                                 for name, stream in configured.items()))
 
     def sides(self) -> dict[str, tuple[str, int, int]]:
         """Batch key -> (token side, direction, size) of every context side present."""
         wanted = {"ctx_src": ("src", -1, self.prev_src), "ctx_next": ("src", +1, self.next_src),
                   "ctx_tgt": ("tgt", -1, self.prev_tgt)}
         return {key: v for key, v in wanted.items() if v[2] > 0}
+
+    @property
+    def reach(self) -> tuple[int, int]:
+        """(previous, next): the most neighbours any context tensor reads on each side (the
+        random-context control draws anchors with as many, `context_anchors.random_context`)."""
+        previous = [self.prev_src, self.prev_tgt, self.external.size if self.external else 0]
+        following = [self.next_src]
+        for stream in self.streams:
+            previous.append(stream.layout.prev)
+            following.append(stream.layout.next)
+        return max(previous), max(following)
+
+    @property
+    def reads_context(self) -> bool:
+        """Whether a batch carries any context tensor (a stream of the current sentence alone
+        carries no context: its rows are the same under every anchor)."""
+        return bool(self.sides()) or self.external is not None or self.reach != (0, 0)
 
 
 def neighbours(i: np.ndarray | int, doc_start: np.ndarray | int, doc_end: np.ndarray | int,

@@ -176,8 +176,7 @@ def context_usage_metrics(model: LoadedModel, split: BinarizedSplit, references:
     The random context comes from another collection's documents (`document_groups`)."""
     window = model.window
     max_tokens = int(model.cfg.data.eval_max_tokens)
-    previous = max(window.prev_src, window.prev_tgt, window.external.size if window.external else 0)
-    random_anchors = random_context(split.doc_offsets, previous, window.next_src, RANDOM_CONTEXT_SEED,
+    random_anchors = random_context(split.doc_offsets, *window.reach, RANDOM_CONTEXT_SEED,
                                     groups=document_groups(split.doc_ids))
     real_anchors = own_context(split.doc_offsets)
     read = split if own_targets is None else WithContextTargets(split, own_targets)
@@ -197,8 +196,7 @@ def context_usage_metrics(model: LoadedModel, split: BinarizedSplit, references:
         if decode:
             # A model that reads no context gets batches without context tensors, the same under
             # any anchors: decoding them again would reproduce its hypotheses exactly.
-            reads_context = bool(window.sides()) or window.external is not None
             scores.update(random_context_bleu(model, read, real_anchors, random_anchors, references, tokenize)
-                          if reads_context else
+                          if window.reads_context else
                           {"random_ctx/bleu_delta": 0.0, "random_ctx/bleu_floor": 0.0})
     return scores

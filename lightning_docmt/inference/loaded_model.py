@@ -19,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.checkpoints import VOCAB_KEY, load_state, read_checkpoint, unpack_vocabularies
 from lightning_docmt.config.registry import build_model
-from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer
+from lightning_docmt.data.streams import retokenised_arrays
+from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer, stream_tokenizers
 from lightning_docmt.data.vocab import Vocabulary
 from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.errors import DocMTInputError
@@ -42,9 +43,19 @@ class LoadedModel:
         """The tokenizer of the model's external context stream (`context.external`), if any."""
         return external_tokenizer(self.cfg.context)
 
+    @functools.cached_property
+    def stream_tokenizers(self) -> dict[str, ExternalTokenizer]:
+        """The tokenizers of the model's named streams (`context.streams`), by stream name."""
+        return stream_tokenizers(self.cfg.context)
+
     @property
     def window(self) -> WindowSpec:
-        return WindowSpec.from_config(self.cfg.context, self.external)
+        return WindowSpec.from_config(self.cfg.context, self.external, self.stream_tokenizers)
+
+    @property
+    def retokenised(self) -> dict[str, tuple[str, ExternalTokenizer]]:
+        """The arrays a split needs for the model's streams (`streams.retokenised_arrays`)."""
+        return retokenised_arrays(self.window.streams, self.stream_tokenizers)
 
     @property
     def device(self) -> torch.device:

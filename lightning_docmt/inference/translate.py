@@ -43,7 +43,8 @@ def check_sentence_by_sentence(model: LoadedModel, what: str) -> None:
 
 def binarize_documents(documents: Sequence[Document], model: LoadedModel, directory: Path
                        ) -> BinarizedSplit:
-    build_cache(documents, model.src_vocab, model.tgt_vocab, directory, external=model.external)
+    build_cache(documents, model.src_vocab, model.tgt_vocab, directory, external=model.external,
+                retokenised=model.retokenised)
     return load_cache(directory)
 
 
