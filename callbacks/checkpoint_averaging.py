@@ -9,7 +9,8 @@ that rule (`rule: best_contiguous`) or the last N (`rule: last`) at the end of e
 
 `average_state_dicts` averages floating tensors in float32 (float64 stays float64) and casts back to
 each tensor's dtype; integer and bool buffers (step counters, masks) are copied from the newest
-(last) state dict. The traps it avoids (docs/design.md section 12): fairseq floor-divides integer
+(last) state dict, and so is a tensor equal in every state dict (a frozen encoder, a frozen
+sentence model), which a float sum and division could move by a rounding step. The traps it avoids (docs/design.md section 12): fairseq floor-divides integer
 tensors, NeMo sums them, OpenNMT-py accumulates in half precision (in bf16, 256 + 1 rounds back to
 256, so a bf16 sum of many checkpoints drifts).
 """
@@ -37,10 +38,12 @@ def average_state_dicts(state_dicts: Iterable[Mapping[str, torch.Tensor]]) -> di
 
     Every state dict must have the keys and shapes of the first; a mismatch is a `DocMTInputError`
     naming the key. Floating tensors are summed in (at least) float32 and cast back to their dtype;
-    other tensors come from the last (newest) state dict.
+    other tensors, and tensors equal in every state dict (kept bit for bit), come from the last
+    (newest) state dict.
     """
     sums: dict[str, torch.Tensor] = {}
     newest: Mapping[str, torch.Tensor] = {}
+    varies: set[str] = set()  # floating tensors that differ between two consecutive state dicts
     count = 0
     for state in state_dicts:
         if count == 0:
@@ -51,11 +54,13 @@ def average_state_dicts(state_dicts: Iterable[Mapping[str, torch.Tensor]]) -> di
             _check_same_layout(first, state)
             for k, total in sums.items():
                 total += state[k].detach().to(total.dtype)
+                if k not in varies and not torch.equal(state[k], newest[k]):
+                    varies.add(k)
         newest = state
         count += 1
     if count == 0:
         raise DocMTInputError("nothing to average: no state dicts")
-    return {k: (sums[k] / count).to(v.dtype) if k in sums else v.detach().clone()
+    return {k: (sums[k] / count).to(v.dtype) if k in varies else v.detach().clone()
             for k, v in newest.items()}
 
 

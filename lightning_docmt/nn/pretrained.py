@@ -59,8 +59,10 @@ from lightning_docmt.config.pretrained_files import (
     pretrained_dir,
     weight_files,
 )
+from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.nn.layers import TransformerLayer
+from lightning_docmt.nn.attention import key_mask
+from lightning_docmt.nn.layers import LayerInputs, TransformerLayer, encoder_layer
 
 INIT_STD = 0.02  # BERT's initializer_range: the tables' values before a checkpoint is loaded
 
@@ -164,12 +166,15 @@ def _copy(module: nn.Module, prefix: str, tensors: dict[str, Tensor], key: str) 
 
 def load_pretrained_encoder(name: str, layout: PretrainedLayout, embedding: PretrainedEmbedding,
                             layers: Sequence[tuple[str, TransformerLayer, int]],
-                            pretrained_ids: np.ndarray, key: str = ENCODER_KEY) -> list[str]:
-    """Copy checkpoint `name`'s embeddings into `embedding` (prefix `src_embed.`) and its layer k into
-    each `(prefix, layer, k)` of `layers`; returns the parameter names set.
+                            pretrained_ids: np.ndarray, key: str = ENCODER_KEY, *,
+                            embedding_prefix: str = "src_embed.", vocab_key: str = "vocab.src_pretrained"
+                            ) -> list[str]:
+    """Copy checkpoint `name`'s embeddings into `embedding` (parameter prefix `embedding_prefix`) and
+    its layer k into each `(prefix, layer, k)` of `layers`; returns the parameter names set.
 
-    `pretrained_ids` (V,): the checkpoint row of every source id (`WordPieceVocab.pretrained_ids`).
-    The checkpoint's files must still be those the config was composed with (`layout.fingerprint`).
+    `pretrained_ids` (V,): the checkpoint row of every id of the vocabulary the embedding reads
+    (`WordPieceVocab.pretrained_ids`; a mismatch names `vocab_key`). The checkpoint's files must
+    still be those the config was composed with (`layout.fingerprint`).
     """
     directory = pretrained_dir(name, key)
     if layout.fingerprint and fingerprint(directory) != layout.fingerprint:
@@ -177,13 +182,51 @@ def load_pretrained_encoder(name: str, layout: PretrainedLayout, embedding: Pret
                               f"({directory}); compose it again", key=key)
     ids = np.asarray(pretrained_ids, dtype=np.int64)
     if len(ids) != embedding.weight.size(0) or ids.min(initial=0) < 0 or ids.max(initial=0) >= layout.vocab_size:
-        raise DocMTInputError(f"the source vocabulary ({len(ids)} ids) is not the WordPiece vocabulary of "
-                              f"'{name}' ({layout.vocab_size} ids)", key="vocab.src_pretrained")
+        raise DocMTInputError(f"the vocabulary ({len(ids)} ids) is not the WordPiece vocabulary of "
+                              f"'{name}' ({layout.vocab_size} ids)", key=vocab_key)
     state = read_state(directory, key)
     try:
-        names = _copy(embedding, "src_embed.", embedding_tensors(state, ids), key)
+        names = _copy(embedding, embedding_prefix, embedding_tensors(state, ids), key)
         for prefix, layer, index in layers:
             names += _copy(layer, f"{prefix}.", layer_tensors(state, index), key)
     except KeyError as err:
         raise DocMTInputError(f"'{name}' has no tensor {err.args[0]} (not a BERT checkpoint?)", key=key) from None
     return names
+
+
+class PretrainedEncoder(nn.Module):
+    """A whole BERT-style encoder as a module of its own: `PretrainedEmbedding` (`embed.*`) and
+    `layers` post-LN encoder layers (`layers.<i>.*`) of the checkpoint's sizes, activation and
+    LayerNorm epsilon, returning the last layer's state at every position (Donato et al. 2021's
+    context encoders, reading D18 of docs/papers/donato2021.md). Built at BERT's initialisation
+    (`INIT_STD` embeddings, Xavier-uniform layers); `load` copies a checkpoint in.
+
+    Its vocabulary is the checkpoint's WordPiece (`data/vocab/wordpiece.WordPieceVocab`, the same
+    size as the checkpoint's word table), whose `pretrained_ids` map its ids to the table's rows.
+    """
+
+    def __init__(self, layout: PretrainedLayout, width: int, heads: int, ffn_dim: int, layers: int):
+        super().__init__()
+        self.layout = layout
+        sizes = ModelConfig(d_model=width, heads=heads, ffn_dim=ffn_dim, dropout=0.0)
+        self.embed = PretrainedEmbedding(layout.vocab_size, width, layout)
+        self.layers = nn.ModuleList(encoder_layer(sizes, layout.activation, layout.layer_norm_eps)
+                                    for _ in range(layers))
+
+    @property
+    def width(self) -> int:
+        return self.embed.d_model
+
+    def load(self, name: str, pretrained_ids: np.ndarray, key: str) -> list[str]:
+        """Copy checkpoint `name` in (`load_pretrained_encoder`); returns the parameter names set."""
+        return load_pretrained_encoder(name, self.layout, self.embed,
+                                       [(f"layers.{i}", layer, i) for i, layer in enumerate(self.layers)],
+                                       pretrained_ids, key, embedding_prefix="embed.", vocab_key=key)
+
+    def forward(self, tokens: Tensor, types: Tensor, pad: Tensor) -> Tensor:
+        """tokens, types (B, L) int, pad (B, L) bool (True = padding) -> states (B, L, width)."""
+        x = self.embed(tokens, types)
+        inputs = LayerInputs(self_mask=key_mask(pad))
+        for layer in self.layers:
+            x = layer(x, inputs)
+        return x

@@ -58,6 +58,18 @@ def test_bf16_weights_are_averaged_without_bf16_accumulation():
     assert not torch.equal(bf16_sum / 16, expected)  # the trap this test guards against
 
 
+def test_a_tensor_equal_in_every_state_dict_stays_bit_for_bit_and_the_rest_are_averaged():
+    """A frozen encoder must come out of averaging unchanged: ten float32 copies summed and divided by
+    ten round most values elsewhere (about 60 % of uniform ones), so equal tensors are copied."""
+    frozen = torch.rand(10_000, generator=torch.Generator().manual_seed(0)) * 3
+    states = [{"frozen": frozen.clone(), "trained": torch.full((3,), float(i))} for i in range(10)]
+    out = average_state_dicts(states)
+    assert torch.equal(out["frozen"], frozen)
+    assert torch.equal(out["trained"], torch.full((3,), 4.5))
+    summed = sum(s["frozen"] for s in states) / 10
+    assert not torch.equal(summed, frozen)  # what a plain average would have given
+
+
 def test_a_single_state_dict_is_its_own_average():
     state = {"w": torch.randn(3, 2), "n": torch.tensor(3)}
     avg = average_state_dicts(iter([state]))
