@@ -9,10 +9,11 @@ that rule (`rule: best_contiguous`) or the last N (`rule: last`) at the end of e
 
 `average_state_dicts` averages floating tensors in float32 (float64 stays float64) and casts back to
 each tensor's dtype; integer and bool buffers (step counters, masks) are copied from the newest
-(last) state dict, and so is a tensor equal in every state dict (a frozen encoder, a frozen
-sentence model), which a float sum and division could move by a rounding step. The traps it avoids (docs/design.md section 12): fairseq floor-divides integer
-tensors, NeMo sums them, OpenNMT-py accumulates in half precision (in bf16, 256 + 1 rounds back to
-256, so a bf16 sum of many checkpoints drifts).
+(last) state dict, and so is a tensor equal in every state dict (a frozen encoder, a frozen sentence
+model), which a float sum and division could move by a rounding step. The traps it avoids
+(docs/design.md section 12): fairseq floor-divides integer tensors, NeMo sums them, OpenNMT-py
+accumulates in half precision (in bf16, 256 + 1 rounds back to 256, so a bf16 sum of many
+checkpoints drifts).
 """
 
 from __future__ import annotations

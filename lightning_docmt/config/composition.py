@@ -25,6 +25,8 @@ checkpoint must be found offline (else one error naming the key), its sizes repl
 `model.pretrained_layout` gets the rest of its config.json, `vocab.src_pretrained` names the same
 checkpoint, and `vocab.joint` and `model.share_embeddings` become false (set true explicitly, they
 are an error): the source side is the checkpoint's WordPiece vocabulary, the target side its own.
+The frozen context encoders of `model.arch=pas` (`model.context_encoders`) are resolved the same
+way, and the streams their stack reads get their tokenizer (`_apply_context_encoders`).
 
 `save_config` writes the resolved config of a run, marked `docmt_resolved: true`. Composing a marked
 file skips layers 2-4: it is already complete, and re-applying presets that changed since could alter
@@ -163,6 +165,7 @@ def compose_layers(user_layers: Sequence[Layer], *, profile: str | None = None,
     cfg.profile = profile_name
     _resolve(cfg)
     _apply_pretrained_encoder(cfg, layers)
+    _apply_context_encoders(cfg, layers)
     _validate(cfg)
     return cfg
 
@@ -338,6 +341,40 @@ def _apply_pretrained_encoder(cfg: DictConfig, layers: Sequence[Layer]) -> None:
             raise found[1].error("must be false with model.pretrained_encoder: the source side is the "
                                  "checkpoint's WordPiece vocabulary, the target side has its own", dotted)
         OmegaConf.update(cfg, dotted, False)
+
+
+def _apply_context_encoders(cfg: DictConfig, layers: Sequence[Layer]) -> None:
+    """Resolve `model.context_encoders` (the frozen encoders of `model.arch=pas`, `models/pas.py`):
+    each checkpoint's sizes and layout from its config.json (found offline, else one error naming the
+    key), and each stack block's stream tokenised by its encoder's WordPiece: an empty
+    `context.streams.<s>.tokenizer` becomes `hf:<checkpoint>`, another one is an error."""
+    encoders = cfg.model.get("context_encoders")
+    if not encoders:
+        return
+    for name, encoder in encoders.items():
+        key = f"model.context_encoders.{name}.checkpoint"
+        setter = _last_set(layers, key)
+        try:
+            settings = encoder_settings(encoder.checkpoint, key)
+        except DocMTInputError as err:  # say where the name came from (file and line, or the override)
+            if setter is None or err.path is not None:
+                raise
+            raise setter[1].error(str(err).removeprefix(f"key '{err.key}': "), err.key) from None
+        encoder.merge_with({"width": settings["d_model"], "heads": settings["heads"], "ffn_dim": settings["ffn_dim"],
+                            "layers": settings["enc_layers"], "layout": settings["pretrained_layout"]})
+    for index, block in enumerate(cfg.model.get("stack") or []):
+        if block.stream not in cfg.context.streams:
+            raise DocMTInputError(f"'{block.stream}' is not one of context.streams "
+                                  f"({', '.join(cfg.context.streams) or 'none'})", key=f"model.stack.{index}.stream")
+        if block.encoder not in encoders:
+            continue  # the model names the missing encoder (`models/pas.stream_encoders`)
+        wanted = f"hf:{encoders[block.encoder].checkpoint}"
+        stream = cfg.context.streams[block.stream]
+        if not stream.tokenizer:
+            stream.tokenizer = wanted
+        elif stream.tokenizer != wanted:
+            raise DocMTInputError(f"is '{stream.tokenizer}', but the stream is read by encoder '{block.encoder}', "
+                                  f"whose tokenizer is '{wanted}'", key=f"context.streams.{block.stream}.tokenizer")
 
 
 def _validate(cfg: DictConfig) -> None:

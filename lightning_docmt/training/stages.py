@@ -124,10 +124,18 @@ def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
     return config_lib.config_hash(payload)
 
 
-def pretrained_weights(scfg: DictConfig) -> str:
-    """`weights_digest` of the stage's pretrained encoder (`model.pretrained_encoder`), "" without one."""
+def pretrained_weights(scfg: DictConfig) -> str | dict[str, str]:
+    """`weights_digest` of the stage's pretrained encoder (`model.pretrained_encoder`), "" without one;
+    with frozen context encoders (`model.context_encoders`, `models/pas.py`) a mapping that adds the
+    digest of each one loaded from a checkpoint."""
     name = scfg.model.get("pretrained_encoder")
-    return weights_digest(pretrained_dir(name)) if name else ""
+    own = weights_digest(pretrained_dir(name)) if name else ""
+    encoders = scfg.model.get("context_encoders") or {}
+    if not encoders:
+        return own
+    loaded = {f"context_encoders.{n}": pretrained_dir(e.checkpoint, f"model.context_encoders.{n}.checkpoint")
+              for n, e in encoders.items() if not e.random_weights}
+    return {"encoder": own, **{n: weights_digest(directory) for n, directory in loaded.items()}}
 
 
 def resolved_settings(cfg: DictConfig) -> dict[str, str]:
