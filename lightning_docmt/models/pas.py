@@ -18,8 +18,10 @@ stream read by no neighbour (B_s(c), P_s(c)) is source enrichment: its CXMI is 0
 whose sizes and layout are read when the config is composed, or the same modules at their seeded
 random start (`random_weights`, NOT IN PAPER: the control that tells pretraining from capacity).
 
-Every encoder is `Frozen` (`nn/frozen.py`): evaluation mode, no gradient, never unfrozen by a stage;
-`load_pretrained` copies the checkpoints in when a stage starts. The three-stage recipe freezes by
+Every encoder is a `FrozenRowEncoder` (`nn/frozen.py`): evaluation mode, no gradient, never unfrozen
+by a stage, and each distinct stream row encoded once per process (later epochs read its features
+back; a control's rows are other rows); `load_pretrained` copies the checkpoints in when a stage
+starts. The three-stage recipe freezes by
 glob: stage 1 the Transformer, stage 2 `STACK_GLOBS` only (the new blocks and projections), stage 3
 appends one block (reading D13: last in the stack) and trains it alone.
 
@@ -45,7 +47,7 @@ from lightning_docmt.data.vocab.wordpiece import WordPieceVocab
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.attention import AttentionMemory, key_mask
-from lightning_docmt.nn.frozen import Frozen
+from lightning_docmt.nn.frozen import FrozenRowEncoder
 from lightning_docmt.nn.layers import LayerInputs
 from lightning_docmt.nn.memory import MemoryProjection
 from lightning_docmt.nn.parallel_stack import ContextStack, ParallelStackLayer
@@ -148,7 +150,7 @@ class ParallelStackSeq2Seq(TransformerSeq2Seq):
     def __init__(self, cfg: PasConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__(cfg, src_vocab_size, tgt_vocab_size)
         self.readers = stream_encoders(cfg)
-        self.context_encoders = nn.ModuleDict({name: Frozen(context_encoder(name, cfg.context_encoders[name]))
+        self.context_encoders = nn.ModuleDict({name: FrozenRowEncoder(context_encoder(name, cfg.context_encoders[name]))
                                                for name in dict.fromkeys(self.readers.values())})
         self.memory_proj = nn.ModuleDict({  # reading D4: one projection per stream
             stream: MemoryProjection(self.context_encoders[encoder].module.width, cfg.d_model,
@@ -178,6 +180,7 @@ class ParallelStackSeq2Seq(TransformerSeq2Seq):
             key = f"model.context_encoders.{name}.checkpoint"
             ids = WordPieceVocab.from_pretrained(cfg.checkpoint, key=key).pretrained_ids
             names += [f"context_encoders.{name}.module.{n}" for n in frozen.module.load(cfg.checkpoint, ids, key)]
+            frozen.reset()  # features computed before were the random start's
         return names
 
     def stream_memories(self, batch: dict[str, Tensor]) -> dict[str, AttentionMemory]:
