@@ -67,7 +67,8 @@ def test_a_row_is_encoded_once_and_read_back_bit_for_bit_whatever_its_batch():
     cached.module.load_state_dict(plain.state_dict())
     first = rows_batch([[5, 6, 7], [8, 9]])
     out = cached(*first)
-    assert cached.encoded_rows == 2 and torch.allclose(out, plain(*first).masked_fill(first[2][..., None], 0), atol=1e-6)
+    expected = plain(*first).masked_fill(first[2][..., None], 0)
+    assert cached.encoded_rows == 2 and torch.allclose(out, expected, atol=1e-6)
     again = cached(*rows_batch([[8, 9], [5, 6, 7], [8, 9]], width=6))  # other order, padding and partners
     assert cached.encoded_rows == 2  # nothing encoded again
     assert torch.equal(again[1, :3], out[0]) and torch.equal(again[0, :2], out[1, :2]) and not again[0, 2:].any()
