@@ -134,11 +134,14 @@ def _load_vocabulary(args: str, spec: str, key: str) -> VocabularyTokenizer:
 
 class WordPieceTokenizer(VocabularyTokenizer):
     """A pretrained encoder's `WordPieceVocab` as an `ExternalTokenizer` (`hf:NAME`): a row opens
-    with [CLS] (`bos_id` = the contract's `<s>`, which the vocabulary maps to [CLS])."""
+    with [CLS] (`bos_id` = the contract's `<s>`, which the vocabulary maps to [CLS]), and both the
+    separator and the end are the contract's `</s>`, which it maps to [SEP]: one id for one token,
+    so a concatenation closes its last sentence with a single [SEP] (`data/streams.py`)."""
 
     def __init__(self, vocab: WordPieceVocab):
         super().__init__(vocab)
         self.bos_id = BOS_ID
+        self.sep_id = self.eos_id
 
 
 def _load_hugging_face(args: str, spec: str, key: str) -> ExternalTokenizer:
