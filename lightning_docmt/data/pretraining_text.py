@@ -78,12 +78,13 @@ def training_chapters(lang: str, versions: list[str] | None = None) -> list[Chap
     return chapters
 
 
-def gap_sentence_examples(chapters: list[Chapter], seed: int, window: int = GAP_WINDOW
-                          ) -> Iterator[GapSentenceExample]:
+def gap_sentence_examples(chapters: list[Chapter], seed: int, window: int = GAP_WINDOW,
+                          mask: object = MASK_SENTENCE) -> Iterator[GapSentenceExample]:
     """One example per window of `window` consecutive verses of a chapter (reading D21: windows do
     not overlap or cross chapters; a last window shorter than MIN_WINDOW verses is left out), the
     masked verse drawn uniformly in the window (reading D20), from `seed`: another seed (epoch)
-    masks other verses of the same windows."""
+    masks other verses of the same windows. The verses may be texts or token-id tuples (chapters
+    already tokenised, `pretraining/examples.py`); `mask` replaces the masked one."""
     rng = random.Random(seed)
     for chapter in chapters:
         for start in range(0, len(chapter.verses), window):
@@ -91,7 +92,7 @@ def gap_sentence_examples(chapters: list[Chapter], seed: int, window: int = GAP_
             if len(verses) < MIN_WINDOW:
                 continue
             masked = rng.randrange(len(verses))
-            source = verses[:masked] + (MASK_SENTENCE,) + verses[masked + 1:]
+            source = verses[:masked] + (mask,) + verses[masked + 1:]
             yield GapSentenceExample(chapter.doc_id, source, verses[masked], masked)
 
 

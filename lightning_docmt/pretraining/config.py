@@ -1,0 +1,108 @@
+"""The settings of an encoder pretrained in the project (`docmt pretrain FILE`), and where it lands.
+
+Donato et al. 2021 read BERT and PEGASUS encoders pretrained elsewhere; no offline package ships
+Chinese, multilingual or PEGASUS weights, so they are pretrained here on the Bible's training books
+(docs/papers/donato2021.md, readings D20, D21, D23). A pretraining file is a YAML mapping of the
+keys of `PretrainConfig`. Its output is a Hugging Face BERT directory (`config.json`,
+`model.safetensors`, the WordPiece tokenizer's files) under
+`<cache_dir>/pretrained/<objective>-<lang>-<key>/`, where the key hashes every setting that can
+change the weights (not `cache_dir`) and `PRETRAIN_FORMAT`: a table names it as
+`pretrain:FILE` wherever a checkpoint is named (`config/pretrained_files.pretrained_dir`).
+
+Unlike a training stage's key, this key leaves the code's fingerprint out: an encoder costs hours
+and is an input of the tables, as a downloaded checkpoint would be, so `PRETRAIN_FORMAT` is raised
+by hand whenever a change to the pretraining code changes what it computes. The stages that read
+an encoder key on the digest of its weights, so a retrained encoder is never mistaken for the last.
+
+Torch-free: composing a config resolves `pretrain:FILE` without loading a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from lightning_docmt.config.yaml_file import YamlFile
+from lightning_docmt.data.cachedir import content_key
+from lightning_docmt.errors import DocMTInputError
+
+PRETRAIN_FORMAT = 1
+OBJECTIVES = ("mlm", "gap_sentence")
+PRETRAIN_PREFIX = "pretrain:"
+DONE_FILE = "pretraining.json"  # written last: a directory without it is not finished
+
+
+@dataclass
+class PretrainConfig:
+    """An encoder pretrained on the Bible's training books (`data/pretraining_text.py`)."""
+
+    objective: str = "mlm"  # mlm: BERT's masked LM on verse pairs | gap_sentence: PEGASUS's, one verse per window
+    lang: str = "en"
+    versions: Optional[list[str]] = None  # None: every version of the language
+    lowercase: bool = False  # the WordPiece tokenizer lower-cases (and strips accents)
+    vocab_size: int = 8000
+    width: int = 256
+    heads: int = 4
+    ffn_dim: int = 1024
+    layers: int = 4
+    decoder_layers: int = 2  # gap_sentence: the decoder that writes the masked verse (dropped after)
+    max_tokens: int = 256  # a row's cap (learned positions)
+    batch_rows: int = 64
+    steps: int = 20000
+    lr: float = 5.0e-4  # peak; linear warm-up, then linear decay to 0 at `steps`
+    warmup_steps: int = 1000
+    dropout: float = 0.1
+    held_out: float = 0.02  # share of the chapters held out to measure the encoder (never trained on)
+    val_every_steps: int = 1000
+    precision: str = "32"  # 32 | bf16 (autocast)
+    seed: int = 1
+    cache_dir: str = ".cache/docmt"
+
+
+def load_pretrain_config(path: str | Path) -> PretrainConfig:
+    """The settings of pretraining file `path`; a bad key or value is one error naming it."""
+    file = YamlFile.load(path)
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(PretrainConfig), file.data)
+    except OmegaConfBaseException as err:
+        dotted = getattr(err, "full_key", None) or ""
+        line = file.line_of(dotted.split(".")) if dotted else None
+        raise DocMTInputError(str(err).splitlines()[0], path=file.path, line=line, key=dotted or None) from None
+    cfg = PretrainConfig(**OmegaConf.to_container(merged, resolve=True))
+    checks = {"objective": cfg.objective in OBJECTIVES, "held_out": 0.0 < cfg.held_out < 0.5,
+              "precision": cfg.precision in ("32", "bf16"), "steps": cfg.steps > cfg.warmup_steps >= 0}
+    checks.update({key: getattr(cfg, key) > 0 for key in ("vocab_size", "width", "heads", "ffn_dim", "layers",
+                                                           "max_tokens", "batch_rows", "val_every_steps", "lr")})
+    for key, ok in checks.items():
+        if not ok:
+            raise DocMTInputError(f"invalid value {getattr(cfg, key)!r}", path=file.path, line=file.line_of([key]),
+                                  key=key)
+    if cfg.width % cfg.heads:
+        raise DocMTInputError(f"width {cfg.width} is not a multiple of heads {cfg.heads}", path=file.path,
+                              line=file.line_of(["heads"]), key="heads")
+    return cfg
+
+
+def pretrain_key(cfg: PretrainConfig) -> str:
+    settings = {k: v for k, v in asdict(cfg).items() if k != "cache_dir"}
+    return content_key({"format": PRETRAIN_FORMAT, **settings})
+
+
+def output_dir(cfg: PretrainConfig) -> Path:
+    """Where the pretrained encoder of `cfg` lands."""
+    return Path(cfg.cache_dir) / "pretrained" / f"{cfg.objective}-{cfg.lang}-{pretrain_key(cfg)}"
+
+
+def pretrained_output(spec: str, key: str) -> Path:
+    """The finished output directory of `pretrain:FILE`; an encoder not pretrained yet is an error
+    naming `key` and the command that makes it."""
+    path = spec[len(PRETRAIN_PREFIX):]
+    directory = output_dir(load_pretrain_config(path))
+    if not (directory / DONE_FILE).is_file():
+        raise DocMTInputError(f"'{spec}' is not pretrained yet ({directory}): run `docmt pretrain {path}`",
+                              key=key)
+    return directory

@@ -1,0 +1,143 @@
+"""Encoders pretrained in the project (`docmt pretrain`, `lightning_docmt/pretraining/`): tiny BERT and
+PEGASUS runs on a small stand-in text learn, write a BERT directory that `transformers` and the stack
+read alike, resume to the same weights, and are named by `pretrain:FILE` only once finished."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lightning_docmt.config import composition as config_lib
+from lightning_docmt.config.pretrained_files import encoder_settings
+from lightning_docmt.config.registry import get_arch, model_config
+from lightning_docmt.data.pretraining_text import Chapter
+from lightning_docmt.data.vocab import WordPieceVocab
+from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.pretraining import run as pretraining_run
+from lightning_docmt.pretraining.config import DONE_FILE, load_pretrain_config, output_dir
+from lightning_docmt.pretraining.run import pretrain
+
+WORDS = "the a river stone house dog cat tree sings runs sleeps under over old green small light water".split()
+
+
+def chapters_of(lang: str, versions) -> list[Chapter]:
+    """40 chapters of 8 verses: each verse repeats a noun of the chapter (something to predict)."""
+    rng = random.Random(3)
+    out = []
+    for c in range(40):
+        nouns = rng.sample(WORDS, 3)
+        verses = tuple(" ".join(rng.choice(WORDS + nouns * 4) for _ in range(rng.randint(4, 9))) for _ in range(8))
+        out.append(Chapter("web", f"Genesis.{c + 1}", verses))
+    return out
+
+
+def write_config(tmp_path: Path, objective: str, name: str = "p.yaml", **settings) -> Path:
+    values = {"objective": objective, "lang": "en", "vocab_size": 120, "width": 32, "heads": 2, "ffn_dim": 64,
+              "layers": 2, "decoder_layers": 1, "max_tokens": 64, "batch_rows": 16, "steps": 60,
+              "warmup_steps": 4, "val_every_steps": 30, "lr": 2e-3, "held_out": 0.25, "dropout": 0.1,
+              "cache_dir": str(tmp_path / "cache"), **settings}
+    path = tmp_path / name
+    path.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in values.items()))
+    return path
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory) -> tuple[Path, Path]:
+    tmp = tmp_path_factory.mktemp("bert")
+    config = write_config(tmp, "mlm")
+    return config, pretrain(load_pretrain_config(config), chapters_of)
+
+
+def test_a_masked_lm_learns_and_writes_a_bert_directory(bert_dir):
+    _, directory = bert_dir
+    record = json.loads((directory / DONE_FILE).read_text())
+    first, last = record["history"][0], record["history"][-1]
+    assert [h["step"] for h in record["history"]] == [30, 60] and record["held_out_chapters"] >= 5
+    # seeds 1-3 (Xeon, float32): held-out loss 3.26/3.27/3.29 -> 3.12/3.07/3.09 nats, against ln(89) =
+    # 4.49 for a uniform guess; accuracy 0.04-0.09 against 1/89
+    uniform = math.log(record["vocab_size"])
+    assert last["mlm/loss"] < first["mlm/loss"] and last["mlm/loss"] < uniform - 0.8
+    assert last["mlm/accuracy"] > 1 / record["vocab_size"]
+    assert {p.name for p in directory.iterdir()} == {"config.json", "model.safetensors", "tokenizer.json", "vocab.txt",
+                                                     "tokenizer_config.json", "special_tokens_map.json", DONE_FILE}
+    assert not (directory.parent / f"{directory.name}.work").exists()
+    assert len(load_file(str(directory / "model.safetensors"))) == 5 + 2 * 16  # embeddings + 16 per layer
+
+
+def test_transformers_and_the_stack_read_the_same_encoder(bert_dir):
+    """`BertModel.from_pretrained` and a `pas` context encoder loaded from `pretrain:FILE` give the
+    same states, token type 1 included; the tokenizer is the one AutoTokenizer loads."""
+    from transformers import AutoTokenizer, BertModel
+
+    config, directory = bert_dir
+    bert = BertModel.from_pretrained(str(directory), local_files_only=True).eval()
+    theirs_tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    vocab = WordPieceVocab.from_pretrained(str(directory))
+    text = "the old dog sleeps under the green tree"
+    assert vocab.tokenizer_ids(vocab.encode(text)) == theirs_tok(text, add_special_tokens=False).input_ids
+    spec = f"pretrain:{config}"
+    cfg = config_lib.compose(None, ["model.arch=pas", f"model.context_encoders.b.checkpoint={spec}",
+                                    "model.stack=[{stream: pc, encoder: b}]", "context.streams.pc.prev=1"],
+                             profile="tiny")
+    assert cfg.model.context_encoders.b.width == 32 == encoder_settings(spec)["d_model"]
+    model = get_arch("pas").model_class(model_config(cfg.model), 60, 60)
+    model.load_pretrained(None)
+    pair = theirs_tok("the river runs", text, return_tensors="pt")
+    ids = torch.tensor([vocab._from_tokenizer[pair["input_ids"][0].numpy()].tolist()])  # contract ids
+    types, pad = pair["token_type_ids"], torch.zeros_like(pair["input_ids"], dtype=torch.bool)
+    with torch.no_grad():
+        expected = bert(**pair).last_hidden_state
+    assert (types == 1).any()
+    assert torch.allclose(model.context_encoders["b"](ids, types, pad), expected, atol=1e-5)
+
+
+def test_a_gap_sentence_model_learns_and_keeps_only_its_encoder(tmp_path):
+    directory = pretrain(load_pretrain_config(write_config(tmp_path, "gap_sentence")), chapters_of)
+    record = json.loads((directory / DONE_FILE).read_text())
+    history = record["history"]  # seeds 1-3: 3.13/3.19/3.19 -> 3.00/3.03/3.10 nats
+    assert history[-1]["gap_sentence/loss"] < history[0]["gap_sentence/loss"]
+    assert history[-1]["gap_sentence/loss"] < math.log(record["vocab_size"]) - 0.8
+    names = load_file(str(directory / "model.safetensors"))
+    assert not any("decoder" in n for n in names) and "encoder.layer.1.output.dense.weight" in names
+
+
+def test_an_interrupted_run_resumes_to_the_weights_of_the_uninterrupted_one(tmp_path, bert_dir, monkeypatch):
+    """The same settings in another cache: stopped right after its first save, run again."""
+    config = write_config(tmp_path, "mlm", cache_dir=str(tmp_path / "other"))
+    saves = []
+    real_save = torch.save
+
+    def save_then_stop(*args, **kwargs):
+        real_save(*args, **kwargs)
+        saves.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pretraining_run.torch, "save", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(load_pretrain_config(config), chapters_of)
+    monkeypatch.setattr(pretraining_run.torch, "save", real_save)
+    directory = pretrain(load_pretrain_config(config), chapters_of)
+    ours, uninterrupted = (load_file(str(d / "model.safetensors")) for d in (directory, bert_dir[1]))
+    assert saves == [1] and all(torch.equal(ours[n], uninterrupted[n]) for n in uninterrupted)
+
+
+def test_an_encoder_not_pretrained_yet_is_one_error_naming_the_key_and_the_command(tmp_path):
+    config = write_config(tmp_path, "mlm", seed=9)
+    with pytest.raises(DocMTInputError, match=r"key 'model.context_encoders.b.checkpoint'.*docmt pretrain"):
+        config_lib.compose(None, ["model.arch=pas", f"model.context_encoders.b.checkpoint=pretrain:{config}"])
+    assert not output_dir(load_pretrain_config(config)).exists()
+
+
+@pytest.mark.parametrize("setting, key", [("objective: bert", "objective"), ("heads: 3", "heads"),
+                                          ("stepz: 3", "stepz"), ("held_out: 0.9", "held_out")])
+def test_a_bad_pretraining_file_is_one_error_naming_the_key(tmp_path, setting, key):
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"lang: en\n{setting}\n")
+    with pytest.raises(DocMTInputError, match=f"key '{key}'"):
+        load_pretrain_config(path)
