@@ -63,6 +63,11 @@ class PretrainConfig:
     cache_dir: str = ".cache/docmt"
 
 
+def is_pretraining_file(file: YamlFile) -> bool:
+    """Whether a YAML file is a pretraining file (it sets `objective`), not a run or table file."""
+    return "objective" in file.data
+
+
 def load_pretrain_config(path: str | Path) -> PretrainConfig:
     """The settings of pretraining file `path`; a bad key or value is one error naming it."""
     file = YamlFile.load(path)

@@ -12,6 +12,7 @@ import pytest
 from lightning_docmt.config.composition import compose
 from lightning_docmt.config.registry import import_all_archs
 from lightning_docmt.config.yaml_file import YamlFile
+from lightning_docmt.pretraining.config import is_pretraining_file, load_pretrain_config, output_dir
 from lightning_docmt.tables.spec import compose_row, is_grid_file, is_table_file, load_table
 from lightning_docmt.training.stages import check_stages
 from tests.helpers.experiment_files import EXPERIMENTS, experiment_files
@@ -20,13 +21,19 @@ from tests.helpers.experiment_files import EXPERIMENTS, experiment_files
 def experiment_cases() -> list[tuple[Path, str | None]]:
     cases: list[tuple[Path, str | None]] = []
     for path in experiment_files():
-        if is_grid_file(YamlFile.load(path)):  # its part tables are table files here too
-            continue
+        if is_grid_file(YamlFile.load(path)) or is_pretraining_file(YamlFile.load(path)):
+            continue  # a grid's part tables are table files here too; pretraining files: below
         if is_table_file(YamlFile.load(path)):
             cases += [(path, row.name) for row in load_table(path).rows]
         else:
             cases.append((path, None))
     return cases
+
+
+def test_every_pretraining_file_loads_and_lands_in_its_own_directory():
+    paths = [p for p in experiment_files() if is_pretraining_file(YamlFile.load(p))]
+    configs = [load_pretrain_config(p) for p in paths]
+    assert paths and len({output_dir(c) for c in configs}) == len(paths)
 
 
 def test_there_are_experiment_files():
