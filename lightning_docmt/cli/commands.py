@@ -130,7 +130,7 @@ def average_command(args: argparse.Namespace) -> int:
 
 def pretrain_command(args: argparse.Namespace) -> int:
     """Pretrain (or resume, or find) the encoder of a pretraining file; print its directory."""
-    from lightning_docmt.pretraining.config import load_pretrain_config
+    from lightning_docmt.config.pretraining import load_pretrain_config
     from lightning_docmt.pretraining.run import pretrain
 
     print(pretrain(load_pretrain_config(args.config)))

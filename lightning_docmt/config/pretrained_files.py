@@ -57,6 +57,14 @@ class PretrainedLayout:
     fingerprint: str = ""  # digest of the checkpoint's files (`fingerprint`): stage keys change with them
 
 
+def pretraining_layout(cfg: Any) -> PretrainedLayout:
+    """The layout of the encoder a pretraining config (`config/pretraining.PretrainConfig`) pretrains:
+    BERT's (GELU, epsilon 1e-12, two token types) with `vocab_size` word rows, however many ids its
+    tokenizer learnt (the rows beyond them are never read), and `max_tokens` positions. No
+    fingerprint: a table keys on the digest of its weights."""
+    return PretrainedLayout(vocab_size=cfg.vocab_size, max_positions=cfg.max_tokens, type_vocab_size=2)
+
+
 def _not_found(name: str, key: str) -> DocMTInputError:
     builtin = ", ".join(BUILTIN)
     return DocMTInputError(f"pretrained encoder '{name}' is not available offline: it is not a built-in "
@@ -91,7 +99,7 @@ def pretrained_dir(name: str, key: str = ENCODER_KEY) -> Path:
                                   f"(make setup installs it)", key=key) from None
         directory = Path(package.get_model_path())
     elif name.startswith("pretrain:"):  # an encoder pretrained in the project (`docmt pretrain FILE`)
-        from lightning_docmt.pretraining.config import pretrained_output
+        from lightning_docmt.config.pretraining import pretrained_output
 
         directory = pretrained_output(name, key)
     elif Path(name).expanduser().is_dir():
@@ -180,7 +188,16 @@ def read_config(directory: Path, name: str, key: str = ENCODER_KEY) -> dict[str,
 
 def encoder_settings(name: str, key: str = ENCODER_KEY) -> dict[str, Any]:
     """The `model.*` values a pretrained encoder fixes: the shared sizes `d_model`, `heads`, `ffn_dim`,
-    `enc_layers` (reading F12) and `pretrained_layout` (a plain dict of `PretrainedLayout`)."""
+    `enc_layers` (reading F12) and `pretrained_layout` (a plain dict of `PretrainedLayout`). An
+    encoder pretrained in the project (`pretrain:FILE`) has them from its pretraining file, so a
+    config composes before the encoder is pretrained; its layout has no fingerprint (the stages key
+    on its weights' digest)."""
+    if name.startswith("pretrain:"):
+        from lightning_docmt.config.pretraining import load_pretrain_config
+
+        cfg = load_pretrain_config(name[len("pretrain:"):])
+        return {"d_model": cfg.width, "heads": cfg.heads, "ffn_dim": cfg.ffn_dim, "enc_layers": cfg.layers,
+                "pretrained_layout": asdict(pretraining_layout(cfg))}
     directory = pretrained_dir(name, key)
     config = read_config(directory, name, key)
     layout = PretrainedLayout(vocab_size=int(config["vocab_size"]),

@@ -7,7 +7,7 @@ Naming a checkpoint (`model.pretrained_encoder`, and `vocab.src_pretrained` for 
   hidden 384, 12 heads, FFN 1,536, GELU, 512 learned positions, 2 token types, uncased WordPiece
   of 30,522 ids) whose files ship inside the package, so it loads with no network;
 - `pretrain:FILE`, an encoder pretrained in the project by `docmt pretrain FILE`
-  (`pretraining/config.py`): the BERT directory it wrote under the cache;
+  (`config/pretraining.py`): the BERT directory it wrote under the cache;
 - a local directory holding a Hugging Face checkpoint: `config.json`, the tokenizer's files
   (`tokenizer.json` or `vocab.txt`, ...) and `model.safetensors` (or its sharded index, or
   `pytorch_model.bin`);
@@ -223,10 +223,16 @@ class PretrainedEncoder(nn.Module):
         return self.embed.d_model
 
     def load(self, name: str, pretrained_ids: np.ndarray, key: str) -> list[str]:
-        """Copy checkpoint `name` in (`load_pretrained_encoder`); returns the parameter names set."""
+        """Copy checkpoint `name` in (`load_pretrained_encoder`); returns the parameter names set.
+        A table with more rows than the tokenizer has ids (an encoder pretrained in the project keeps
+        the rows it was asked for) takes the checkpoint's rows beyond them as they are: no id reads them."""
+        rows = self.embed.weight.size(0)
+        ids = np.asarray(pretrained_ids, dtype=np.int64)
+        if len(ids) < rows:
+            ids = np.concatenate([ids, np.arange(len(ids), rows)])
         return load_pretrained_encoder(name, self.layout, self.embed,
                                        [(f"layers.{i}", layer, i) for i, layer in enumerate(self.layers)],
-                                       pretrained_ids, key, embedding_prefix="embed.", vocab_key=key)
+                                       ids, key, embedding_prefix="embed.", vocab_key=key)
 
     def forward(self, tokens: Tensor, types: Tensor, pad: Tensor) -> Tensor:
         """tokens, types (B, L) int, pad (B, L) bool (True = padding) -> states (B, L, width)."""

@@ -14,6 +14,7 @@ reader of pretrained checkpoints reads it as it reads a downloaded one (`nn/pret
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
@@ -25,14 +26,38 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0-4 of a 
 
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int, lowercase: bool):
-    """A BERT WordPiece tokenizer (`tokenizers.Tokenizer`) learnt from `texts`, the specials first."""
-    from tokenizers import BertWordPieceTokenizer
+    """A BERT WordPiece tokenizer (`tokenizers` implementation) whose vocabulary is a function of
+    `texts` alone: the specials, every character (by falling count, then code point), `##c` for each
+    character that occurs inside a word, then whole words by falling count (then alphabetically) up
+    to `vocab_size` ids. Words are BERT's: split at whitespace and punctuation, every CJK character
+    a word (so a Chinese vocabulary is its characters, as BERT-Chinese's is).
 
-    tokenizer = BertWordPieceTokenizer(clean_text=True, handle_chinese_chars=True, strip_accents=lowercase,
-                                       lowercase=lowercase)
-    tokenizer.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
-                                  show_progress=False)
-    return tokenizer
+    NOT IN PAPER, reading D24: `tokenizers`' own WordPiece trainer breaks frequency ties in a
+    different order on every run (its vocabulary, even its token set, changed between two trainings
+    on the same text), so two pretraining runs of one file would not share ids; this ranking does
+    not merge subwords, so a word outside the vocabulary is spelt in characters."""
+    from tokenizers import BertWordPieceTokenizer
+    from tokenizers.normalizers import BertNormalizer
+    from tokenizers.pre_tokenizers import BertPreTokenizer
+
+    normalizer = BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=lowercase,
+                                lowercase=lowercase)
+    words: Counter[str] = Counter()
+    for text in texts:
+        words.update(w for w, _ in BertPreTokenizer().pre_tokenize_str(normalizer.normalize_str(text)))
+    chars: Counter[str] = Counter()
+    inner: Counter[str] = Counter()
+    for word, count in words.items():
+        chars.update({c: count for c in word})
+        inner.update({c: count for c in word[1:]})
+    ranked = lambda counts: sorted(counts, key=lambda t: (-counts[t], t))  # noqa: E731
+    tokens = [*SPECIAL_TOKENS, *ranked(chars), *(f"##{c}" for c in ranked(inner))]
+    if len(tokens) > vocab_size:
+        raise ValueError(f"vocab_size {vocab_size} is below the {len(tokens)} specials and characters of the text")
+    known = set(tokens)
+    tokens += [w for w in ranked(words) if w not in known][:vocab_size - len(tokens)]
+    return BertWordPieceTokenizer({t: i for i, t in enumerate(tokens)}, clean_text=True, handle_chinese_chars=True,
+                                  strip_accents=lowercase, lowercase=lowercase)
 
 
 def save_tokenizer(tokenizer, directory: Path, lowercase: bool, max_tokens: int) -> None:

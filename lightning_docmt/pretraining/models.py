@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_docmt.config.pretrained_files import PretrainedLayout
+from lightning_docmt.config.pretrained_files import pretraining_layout
+from lightning_docmt.config.pretraining import PretrainConfig
 from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.nn.attention import AttentionMemory, key_mask
 from lightning_docmt.nn.embedding import TokenEmbedding
@@ -27,10 +28,9 @@ from lightning_docmt.nn.layers import LayerInputs, TransformerStack, decoder_lay
 from lightning_docmt.nn.pretrained import PretrainedEncoder
 
 
-def new_encoder(vocab_size: int, width: int, heads: int, ffn_dim: int, layers: int, max_tokens: int,
-                dropout: float) -> PretrainedEncoder:
-    layout = PretrainedLayout(vocab_size=vocab_size, max_positions=max_tokens, type_vocab_size=2)
-    return PretrainedEncoder(layout, width, heads, ffn_dim, layers, dropout)
+def new_encoder(cfg: PretrainConfig) -> PretrainedEncoder:
+    """The encoder `cfg` pretrains, at BERT's initialisation, laid out as tables will read it."""
+    return PretrainedEncoder(pretraining_layout(cfg), cfg.width, cfg.heads, cfg.ffn_dim, cfg.layers, cfg.dropout)
 
 
 class MaskedLanguageModel(nn.Module):

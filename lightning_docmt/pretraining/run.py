@@ -1,5 +1,5 @@
 """`docmt pretrain FILE`: pretrain one encoder on the Bible's training books and write it as a
-BERT directory (`pretraining/config.py` for the settings and where it lands, `bert_files.py` for the
+BERT directory (`config/pretraining.py` for the settings and where it lands, `bert_files.py` for the
 files, docs/papers/donato2021.md readings D20-D23).
 
 The run: the training books' chapters of the language's versions (`data/pretraining_text.py`; valid
@@ -30,9 +30,9 @@ import torch
 from torch import Tensor
 
 from lightning_docmt.batch import pad
+from lightning_docmt.config.pretraining import DONE_FILE, PretrainConfig, output_dir, pretrain_key
 from lightning_docmt.data.pretraining_text import training_chapters
 from lightning_docmt.pretraining.bert_files import save_bert, save_tokenizer, train_wordpiece
-from lightning_docmt.pretraining.config import DONE_FILE, PretrainConfig, output_dir, pretrain_key
 from lightning_docmt.pretraining.examples import (
     Specials,
     gap_sentence_rows,
@@ -67,8 +67,9 @@ class Objective:
     """The model of `cfg.objective` and how it turns chapters into batches and batches into scores."""
 
     def __init__(self, cfg: PretrainConfig, vocab_size: int, specials: Specials):
+        """`vocab_size`: the ids the tokenizer learnt (at most `cfg.vocab_size`, the table's rows)."""
         self.cfg, self.specials, self.vocab_size = cfg, specials, vocab_size
-        encoder = new_encoder(vocab_size, cfg.width, cfg.heads, cfg.ffn_dim, cfg.layers, cfg.max_tokens, cfg.dropout)
+        encoder = new_encoder(cfg)
         self.model = (MaskedLanguageModel(encoder) if cfg.objective == "mlm"
                       else GapSentenceModel(encoder, cfg.heads, cfg.ffn_dim, cfg.decoder_layers, cfg.dropout))
 

@@ -15,12 +15,14 @@ from safetensors.torch import load_file
 
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.config.pretrained_files import encoder_settings
+from lightning_docmt.config.pretraining import DONE_FILE, load_pretrain_config, output_dir
 from lightning_docmt.config.registry import get_arch, model_config
 from lightning_docmt.data.pretraining_text import Chapter
 from lightning_docmt.data.vocab import WordPieceVocab
+from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.pretraining import run as pretraining_run
-from lightning_docmt.pretraining.config import DONE_FILE, load_pretrain_config, output_dir
+from lightning_docmt.pretraining.bert_files import train_wordpiece
 from lightning_docmt.pretraining.run import pretrain
 
 WORDS = "the a river stone house dog cat tree sings runs sleeps under over old green small light water".split()
@@ -127,11 +129,34 @@ def test_an_interrupted_run_resumes_to_the_weights_of_the_uninterrupted_one(tmp_
     assert saves == [1] and all(torch.equal(ours[n], uninterrupted[n]) for n in uninterrupted)
 
 
-def test_an_encoder_not_pretrained_yet_is_one_error_naming_the_key_and_the_command(tmp_path):
+def test_a_table_composes_before_its_encoder_is_pretrained_and_runs_only_after(tmp_path):
+    """The sizes come from the pretraining file; the tokenizer and the weights are what need the
+    encoder: each is one error naming its key and the command that makes it."""
     config = write_config(tmp_path, "mlm", seed=9)
+    cfg = config_lib.compose(None, ["model.arch=pas", f"model.context_encoders.b.checkpoint=pretrain:{config}",
+                                    "model.stack=[{stream: pc, encoder: b}]", "context.streams.pc.prev=1"],
+                             profile="tiny")
+    assert (cfg.model.context_encoders.b.width, cfg.model.context_encoders.b.layout.vocab_size) == (32, 120)
+    with pytest.raises(DocMTInputError, match=r"key 'context.streams.pc.tokenizer'.*docmt pretrain"):
+        WindowSpec.from_config(cfg.context)
+    model = get_arch("pas").model_class(model_config(cfg.model), 60, 60)
     with pytest.raises(DocMTInputError, match=r"key 'model.context_encoders.b.checkpoint'.*docmt pretrain"):
-        config_lib.compose(None, ["model.arch=pas", f"model.context_encoders.b.checkpoint=pretrain:{config}"])
+        model.load_pretrained(None)
     assert not output_dir(load_pretrain_config(config)).exists()
+
+
+def test_the_wordpiece_vocabulary_is_a_function_of_the_text():
+    """Two trainings give the same ids (reading D24); characters first, then words by count; a word
+    outside the vocabulary is spelt in characters, an unseen character is [UNK]."""
+    texts = [v for c in chapters_of("en", None) for v in c.verses]
+    first, second = (train_wordpiece(iter(texts), 60, lowercase=False) for _ in range(2))
+    assert first.get_vocab() == second.get_vocab()
+    vocab = first.get_vocab()
+    assert [vocab[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")] == [0, 1, 2, 3, 4]
+    assert first.encode("riverdog", add_special_tokens=False).tokens == ["river", "##d", "##o", "##g"]
+    assert first.encode("the river q", add_special_tokens=False).tokens == ["the", "river", "[UNK]"]
+    with pytest.raises(ValueError, match="below the"):
+        train_wordpiece(iter(texts), 20, lowercase=False)
 
 
 @pytest.mark.parametrize("setting, key", [("objective: bert", "objective"), ("heads: 3", "heads"),

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from lightning_docmt.config.composition import compose
+from lightning_docmt.config.pretraining import is_pretraining_file, load_pretrain_config, output_dir
 from lightning_docmt.config.registry import import_all_archs
 from lightning_docmt.config.yaml_file import YamlFile
-from lightning_docmt.pretraining.config import is_pretraining_file, load_pretrain_config, output_dir
 from lightning_docmt.tables.spec import compose_row, is_grid_file, is_table_file, load_table
 from lightning_docmt.training.stages import check_stages
 from tests.helpers.experiment_files import EXPERIMENTS, experiment_files

@@ -79,7 +79,7 @@ FLOORS = (  # bottom first; "" is the package's own __init__
     {"config"},
     {"data"},
     {"nn", "checkpoints"},
-    {"models"},
+    {"models", "pretraining"},
     {"inference"},
     {"evaluation"},
     {"callbacks", "provenance"},

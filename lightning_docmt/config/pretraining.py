@@ -1,4 +1,5 @@
-"""The settings of an encoder pretrained in the project (`docmt pretrain FILE`), and where it lands.
+"""The settings of an encoder pretrained in the project (`docmt pretrain FILE`, `lightning_docmt/pretraining/`),
+and where it lands.
 
 Donato et al. 2021 read BERT and PEGASUS encoders pretrained elsewhere; no offline package ships
 Chinese, multilingual or PEGASUS weights, so they are pretrained here on the Bible's training books
@@ -7,7 +8,9 @@ keys of `PretrainConfig`. Its output is a Hugging Face BERT directory (`config.j
 `model.safetensors`, the WordPiece tokenizer's files) under
 `<cache_dir>/pretrained/<objective>-<lang>-<key>/`, where the key hashes every setting that can
 change the weights (not `cache_dir`) and `PRETRAIN_FORMAT`: a table names it as
-`pretrain:FILE` wherever a checkpoint is named (`config/pretrained_files.pretrained_dir`).
+`pretrain:FILE` wherever a checkpoint is named (`config/pretrained_files.pretrained_dir`). Its sizes
+come from the file (`config/pretrained_files.encoder_settings`), so a table composes before the
+encoder exists; reading its tokenizer or its weights is what needs it pretrained.
 
 Unlike a training stage's key, this key leaves the code's fingerprint out: an encoder costs hours
 and is an input of the tables, as a downloaded checkpoint would be, so `PRETRAIN_FORMAT` is raised
@@ -19,6 +22,8 @@ Torch-free: composing a config resolves `pretrain:FILE` without loading a model.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
@@ -27,7 +32,6 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from lightning_docmt.config.yaml_file import YamlFile
-from lightning_docmt.data.cachedir import content_key
 from lightning_docmt.errors import DocMTInputError
 
 PRETRAIN_FORMAT = 1
@@ -94,7 +98,8 @@ def load_pretrain_config(path: str | Path) -> PretrainConfig:
 
 def pretrain_key(cfg: PretrainConfig) -> str:
     settings = {k: v for k, v in asdict(cfg).items() if k != "cache_dir"}
-    return content_key({"format": PRETRAIN_FORMAT, **settings})
+    text = json.dumps({"format": PRETRAIN_FORMAT, **settings}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def output_dir(cfg: PretrainConfig) -> Path:
