@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,30 @@ def test_transformers_and_the_stack_read_the_same_encoder(bert_dir):
         expected = bert(**pair).last_hidden_state
     assert (types == 1).any()
     assert torch.allclose(model.context_encoders["b"](ids, types, pad), expected, atol=1e-5)
+
+
+def test_a_stack_stage_is_another_stage_when_its_encoders_weights_change_at_equal_size(bert_dir, tmp_path):
+    """The composed config names the encoder by its files' names and sizes; the stage key also holds
+    the digest of its weights, so an encoder retrained to the same sizes is never read stale; a
+    random-weight control reads no file."""
+    from safetensors.torch import save_file
+
+    from lightning_docmt.training import stages
+
+    directory = tmp_path / "encoder"
+    shutil.copytree(bert_dir[1], directory)
+
+    def key(*overrides: str) -> str:
+        cfg = config_lib.compose(None, ["model.arch=pas", f"model.context_encoders.b.checkpoint={directory}",
+                                        "model.stack=[{stream: pc, encoder: b}]", "context.streams.pc.prev=1",
+                                        *overrides], profile="tiny")
+        return stages.stage_key(stages.stage_config(cfg, "main"), "main", "")
+
+    before, control = key(), key("model.context_encoders.b.random_weights=true")
+    weights = load_file(str(directory / "model.safetensors"))
+    save_file({n: t + 1e-3 if n.endswith("dense.weight") else t for n, t in weights.items()},
+              str(directory / "model.safetensors"))  # retrained: the same names and sizes
+    assert key() != before and key("model.context_encoders.b.random_weights=true") == control != before
 
 
 def test_a_gap_sentence_model_learns_and_keeps_only_its_encoder(tmp_path):
