@@ -104,6 +104,10 @@ class DataConfig:
     train_fraction: float = 1.0  # use only a fraction of the training documents (ablations)
     train_fraction_draw: str = "first"  # first (in corpus order) | random (seeded, corpus order kept)
     train_fraction_seed: int = 1  # the draw's seed (fixed across train.seed: one subset per table)
+    # The split the test loop and its report read (tests/BLEU files, CXMI, the random-context
+    # control, significance): `valid` reports on the valid split, as Donato et al.'s Tables 3-7 do,
+    # and the test split is then neither binarized nor decoded (data/splits.py).
+    report_split: str = "test"
     src_lang: Optional[str] = None  # ISO 639-1; None: the pair the corpus spec names (bible:zh-en)
     tgt_lang: Optional[str] = None
 

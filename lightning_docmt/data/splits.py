@@ -8,6 +8,9 @@ the training documents (ablations over training-set size): the first ones in cor
 (`data.train_fraction_draw: first`), or a seeded random draw of them (`random`, seed
 `data.train_fraction_seed`), kept in corpus order. A random draw keeps the subset's mix of domains
 (books, genres) that of the whole split, so that a smaller-data row does not also change domain.
+`data.report_split: valid` makes the test split the valid split's documents: the test loop and its
+report then score valid, and no test document is read (a table reporting on valid,
+`evaluate: valid_report`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from lightning_docmt.data.types import SPLITS, Corpus, Document
 from lightning_docmt.errors import DocMTInputError
 
 DRAWS = ("first", "random")
+REPORT_SPLITS = ("test", "valid")
 
 
 @dataclass(frozen=True)
@@ -67,4 +71,9 @@ def split_sources(data: DataConfig) -> dict[str, SplitSource]:
         fraction = data.train_fraction if split == "train" else 1.0
         sources[split] = SplitSource(split, override or data.corpus, override is not None, fraction,
                                      data.train_fraction_draw, data.train_fraction_seed)
+    report = getattr(data, "report_split", "test")
+    if report not in REPORT_SPLITS:
+        raise DocMTInputError(f"must be one of {', '.join(REPORT_SPLITS)}, got {report!r}", key="data.report_split")
+    if report == "valid":
+        sources["test"] = sources["valid"]
     return sources

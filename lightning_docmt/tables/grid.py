@@ -33,11 +33,11 @@ from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.distributed import is_global_zero
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.tables.report import (
-    MARKED_METRIC,
     MetricSummary,
     RowSummary,
     context_columns_legend,
     decimals,
+    marked_metric,
     number_cell,
     ours_cell,
     raw_cell,
@@ -69,6 +69,11 @@ class Grid:
     @property
     def path(self) -> Path:
         return self.file.path
+
+    @property
+    def marked_metric(self) -> str:
+        """The column that carries the significance marks (the parts report on one split)."""
+        return marked_metric(self.parts[0].table)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -207,7 +212,7 @@ def _write_markdown(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:
     text = [f"# {grid.title}", "",
             f"Grid `{grid.id}` (`{grid.path}`): one line per part table, one column per row. Ours: "
             "mean ± sample standard deviation over the part's finished seeds (n). ↑/↓: "
-            f"{MARKED_METRIC} significantly better/worse than the part's baseline row (paired "
+            f"{grid.marked_metric} significantly better/worse than the part's baseline row (paired "
             "bootstrap, p < 0.05) in every seed; Δ: the row's minus the baseline's, seed by seed "
             "(mean ± sd), which the spread of the baseline across seeds does not blur. The `paper` "
             "line under each part gives the paper's numbers."]
@@ -220,7 +225,7 @@ def _write_markdown(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:
             for column in columns:
                 m = line.summaries[column].metrics[metric]
                 extra = ([line.mark(column), line.paired_delta(column)]
-                         if metric == MARKED_METRIC else [])
+                         if metric == grid.marked_metric else [])
                 cells.append(" ".join([ours_cell(m, digits), *filter(None, extra)]))
             text.append(f"| {line.part.name} | " + " | ".join(cells) + " |")
             paper = [line.summaries[c].metrics[metric].paper for c in columns]
@@ -263,7 +268,7 @@ def _write_csv(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:
                 summary = line.summaries[column]
                 for metric in grid.metrics:
                     m = summary.metrics[metric]
-                    tested = line.tested.get(column) if metric == MARKED_METRIC else None
+                    tested = line.tested.get(column) if metric == grid.marked_metric else None
                     writer.writerow([
                         line.part.name, column, metric, m.n, raw_cell(m.mean), raw_cell(m.std),
                         raw_cell(m.paper), summary.status,

@@ -103,7 +103,11 @@ def summarize(table: Table, records: Sequence[RunRecord]) -> list[RowSummary]:
 # Per row: (mark, p-values per seed) of its test BLEU against the table's baseline row
 # (tables/row_significance.py); rows without a test are absent.
 Significance = Mapping[str, tuple[str, Sequence[float]]]
-MARKED_METRIC = "test/bleu"
+
+
+def marked_metric(table: Table) -> str:
+    """The column the significance marks go in: the BLEU of the split the table reports on."""
+    return "valid/bleu" if table.evaluate == "valid_report" else "test/bleu"
 
 
 def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
@@ -113,7 +117,8 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
     for metric in table.metrics:
         header += [metric, "paper", "Δ"]
     header.append("Status")
-    explained = (f" ↑/↓: {MARKED_METRIC} significantly better/worse than the baseline row "
+    marked = marked_metric(table)
+    explained = (f" ↑/↓: {marked} significantly better/worse than the baseline row "
                  f"`{table.baseline}` (paired bootstrap, p < 0.05) in every seed; the p-values "
                  "are in table.csv." if table.baseline else "")
     lines = [f"# {table.title}", "",
@@ -125,7 +130,7 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
         cells = [summary.row.name]
         for metric in table.metrics:
             m = summary.metrics[metric]
-            mark = significance.get(summary.row.name, ("", ()))[0] if metric == MARKED_METRIC else ""
+            mark = significance.get(summary.row.name, ("", ()))[0] if metric == marked else ""
             digits = decimals(metric)
             cells += [ours_cell(m, digits) + (f" {mark}" if mark else ""), number_cell(m.paper, digits),
                       number_cell(m.delta, digits, signed=True)]
@@ -193,7 +198,7 @@ def write_csv(table: Table, summaries: Sequence[RowSummary], path: Path, *,
             for metric in table.metrics:
                 m = summary.metrics[metric]
                 mark, p_values = (significance.get(summary.row.name, ("", ()))
-                                  if metric == MARKED_METRIC else ("", ()))
+                                  if metric == marked_metric(table) else ("", ()))
                 writer.writerow([summary.row.name, metric, m.n, raw_cell(m.mean), raw_cell(m.std),
                                  raw_cell(m.paper), raw_cell(m.delta), summary.status,
                                  ";".join(repr(p) for p in p_values), mark])

@@ -1,11 +1,12 @@
 """Significance of each table row's test BLEU against the table's `baseline:` row, seed by seed.
 
 For every seed that both the row and the baseline finished, the row's test hypotheses are tested
-against the baseline's of the same seed on the same references (`test.hyp.txt` / `test.ref.txt`
-of each run) by paired bootstrap resampling (`evaluation/paired_tests.py`, sacreBLEU's module),
-with the BLEU settings of the row's run (tokenizer, case). The cell is marked only when the
-difference is significant (p < 0.05) and in the same direction in *every* seed (as Yamagishi &
-Komachi mark their tables): one lucky seed is not a result.
+against the baseline's of the same seed on the same references (`test.hyp.txt` / `test.ref.txt` of
+each run; `valid.*` for a run that reports on valid, `data.report_split`) by paired bootstrap
+resampling (`evaluation/paired_tests.py`, sacreBLEU's module), with the BLEU settings of the row's
+run (tokenizer, case). The cell is marked only when the difference is significant (p < 0.05) and in
+the same direction in *every* seed (as Yamagishi & Komachi mark their tables): one lucky seed is not
+a result.
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ def _lines(path: Path) -> list[str]:
 
 
 def paired_against(baseline: RunRecord, record: RunRecord) -> tuple[float, float]:
-    """(p-value, BLEU delta) of `record`'s test hypotheses against `baseline`'s."""
+    """(p-value, BLEU delta) of `record`'s test (or valid) hypotheses against `baseline`'s."""
     cfg = OmegaConf.load(record.run_dir / "config.yaml")
-    refs = _lines(record.run_dir / "test.ref.txt")
-    if _lines(baseline.run_dir / "test.ref.txt") != refs:
+    split = cfg.data.get("report_split", "test")
+    refs = _lines(record.run_dir / f"{split}.ref.txt")
+    if _lines(baseline.run_dir / f"{split}.ref.txt") != refs:
         raise ValueError(f"{record.run_dir} and {baseline.run_dir} were tested on different references")
-    result = paired_test(_lines(baseline.run_dir / "test.hyp.txt"), _lines(record.run_dir / "test.hyp.txt"),
+    result = paired_test(_lines(baseline.run_dir / f"{split}.hyp.txt"), _lines(record.run_dir / f"{split}.hyp.txt"),
                          refs, tokenize=bleu_tokenizer(cfg.eval, cfg.data), lowercase=cfg.eval.lowercase)
     return result.p_value, result.delta
 

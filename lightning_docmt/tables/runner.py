@@ -153,6 +153,9 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
     if table.evaluate == "valid":
         context += (" Selection table: every score is on the valid split (greedy unless "
                     "eval.valid_beam says otherwise); the test split was never decoded.")
+    if table.evaluate == "valid_report":
+        context += (" Every score is on the valid split, decoded as a test split is (beam search, "
+                    "decode.*); the test split was never read.")
     marks = {row: (t.mark, t.p_values) for row, t in results.tested.items()}
     outputs = {"md": write_markdown(table, summaries, out_dir / "table.md", context=context,
                                     significance=marks),

@@ -10,7 +10,11 @@
                                           # tested against, per seed (tables/row_significance.py)
     evaluate: test                        # optional: `valid` for a selection table (a sweep): the
                                           # rows are trained and scored on valid only, the test
-                                          # split is never decoded; its metrics are `val/...`
+                                          # split is never decoded; its metrics are `val/...`.
+                                          # `valid_report`: the report a test table gives (beam
+                                          # BLEU, chrF, CXMI, the random-context control,
+                                          # significance) on the valid split, test never read;
+                                          # its metrics are `valid/...` (data.report_split)
     notes: free text                      # optional
     rows:
       - {name: none, overrides: [model.context_attn.encoder=false], paper: {test/bleu: 45.97}}
@@ -37,7 +41,7 @@ from lightning_docmt.evaluation.contrastive_scoring import CORPUS_SUITE
 from lightning_docmt.tables import contrastive_columns
 
 TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "baseline", "evaluate", "notes")
-EVALUATED_SPLITS = ("test", "valid")
+EVALUATED_SPLITS = ("test", "valid", "valid_report")
 ROW_KEYS = ("name", "overrides", "paper", "notes")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # used as a folder name
 
@@ -186,6 +190,12 @@ def load_table(path: str | Path) -> Table:
                        f"({contrastive_columns.PREFIX}{CORPUS_SUITE}[:<key>])", "metrics")
         if baseline is not None:
             raise fail("'baseline' tests test BLEU: a table with 'evaluate: valid' has none", "baseline")
+    if evaluate == "valid_report":  # the test report's scores, on the valid split
+        not_valid = [m for m in metrics if not m.startswith("valid/") and m != "initial_damage"]
+        if not_valid:
+            raise fail(f"'evaluate: valid_report' reports on the valid split: metric '{not_valid[0]}' is "
+                       f"not a valid/ metric (valid/bleu, valid/chrf, valid/cxmi, valid/random_ctx/...)",
+                       "metrics")
     return Table(file=file, id=table_id, title=data["title"], metrics=tuple(metrics),
                  base=tuple(base), rows=rows, seeds=seeds, notes=notes, baseline=baseline,
                  evaluate=evaluate)
@@ -207,8 +217,10 @@ def compose_row(table: Table | str | Path, row_name: str, profile: str | None = 
     layers += override_layers(row.overrides, f"row '{row.name}' override", path=table.path,
                               lines=[line(["rows", row.index, "overrides", i])
                                      for i in range(len(row.overrides))])
-    layers.append(Layer(source=f"table '{table.id}'", values=OmegaConf.create(
-        {"logging": {"group": table.id, "name": row.name}})))
+    names = {"logging": {"group": table.id, "name": row.name}}
+    if table.evaluate == "valid_report":
+        names["data"] = {"report_split": "valid"}
+    layers.append(Layer(source=f"table '{table.id}'", values=OmegaConf.create(names)))
     layers += override_layers(cli_overrides, "command line override")
     if seed is not None:
         layers.append(Layer(source=f"seed {seed}", key="train.seed",

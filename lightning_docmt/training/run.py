@@ -308,7 +308,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = Fa
     """
     check_no_reference_target(cfg, "test BLEU")  # before any training: the run would end in it
     check_stages(cfg)
-    suites = configured_suites(cfg)
+    suites = configured_suites(cfg, cfg.data.report_split)
     run_dir = Path(run_dir) if run_dir is not None else make_run_dir(cfg)
     writer = is_global_zero()
     results = train_stages(cfg, run_dir, resume)
@@ -338,7 +338,7 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
     check_no_reference_target(cfg, "test BLEU")
     if device is not None:
         cfg = OmegaConf.merge(cfg, {"trainer": trainer_settings(device)})
-    suites = configured_suites(cfg) if suites is None else suites
+    suites = configured_suites(cfg, cfg.data.report_split) if suites is None else suites
     datamodule = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context)
     datamodule.prepare_data()
     datamodule.setup("test")
@@ -361,4 +361,21 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
                                                 datamodule.references("test"),
                                                 bleu_tokenizer(cfg.eval, cfg.data), decode=True,
                                                 precision=settings["precision"], own_targets=own_targets))
-    return scores
+    return reported_on_valid(scores, out_dir) if cfg.data.report_split == "valid" else scores
+
+
+REPORTED_SCORES = ("test/", "cxmi", "random_ctx/", "contrastive/")
+"""What the test loop and the passes after it score on the report's split (the rest: training
+speed, environment)."""
+
+
+def reported_on_valid(scores: dict[str, float | str], out_dir: Path) -> dict[str, float | str]:
+    """With `data.report_split: valid` the "test" loop read the valid split (`data/splits.py`): its
+    scores are named `valid/...` (`test/bleu` -> `valid/bleu`, `cxmi` -> `valid/cxmi`) and its files
+    `valid.*` (`valid.hyp.txt`, ...), so that nothing reads as a test score. Rank zero moves the files."""
+    if is_global_zero():
+        for kind in ("hyp.txt", "ref.txt", "signature.json"):
+            if (out_dir / f"test.{kind}").is_file():
+                (out_dir / f"test.{kind}").replace(out_dir / f"valid.{kind}")
+    return {(f"valid/{k.removeprefix('test/')}" if k.startswith(REPORTED_SCORES) else k): v
+            for k, v in scores.items()}

@@ -102,12 +102,13 @@ def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
     encoder's weights (a retrained checkpoint of the same size is another stage) and the precision
     and device the stage resolves to here (`auto` means bf16 on one machine and float32 on another). Left out:
     worker counts, paths, the keys inert in this config (`schema.inert_keys`), and what is scored
-    after testing (the contrastive suites, where they are, the context-usage passes)."""
+    after testing (the contrastive suites, where they are, the context-usage passes, the split the
+    report reads)."""
     plain = OmegaConf.to_container(scfg, resolve=True)
     for key in inert_keys(plain):
         section, option = key.split(".", 1)
         del plain[section][option]
-    data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir")}
+    data = {k: v for k, v in plain["data"].items() if k not in ("num_workers", "cache_dir", "report_split")}
     if data["train_fraction"] == 1.0:  # the whole split: how a fraction would be drawn is moot
         data = {k: v for k, v in data.items() if k not in ("train_fraction_draw", "train_fraction_seed")}
     evaluation = {k: v for k, v in plain["eval"].items()

@@ -69,7 +69,8 @@ def hypotheses(row: str, seed: int) -> list[str]:
 
 
 def fake_run(cfg, run_dir: Path) -> dict:
-    row, seed = cfg.logging.name, cfg.train.seed
-    (run_dir / "test.hyp.txt").write_text("".join(h + "\n" for h in hypotheses(row, seed)))
-    (run_dir / "test.ref.txt").write_text("".join(r + "\n" for r in REFERENCES))
-    return {"test/bleu": float(len(row))}
+    """The files a run writes for the split it reports on (`data.report_split`: test, or valid)."""
+    row, seed, split = cfg.logging.name, cfg.train.seed, cfg.data.report_split
+    (run_dir / f"{split}.hyp.txt").write_text("".join(h + "\n" for h in hypotheses(row, seed)))
+    (run_dir / f"{split}.ref.txt").write_text("".join(r + "\n" for r in REFERENCES))
+    return {f"{split}/bleu": float(len(row))}

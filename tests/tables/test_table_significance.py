@@ -29,7 +29,13 @@ def table_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_marks_need_significance_in_every_seed(table_file, tmp_path):
+@pytest.mark.parametrize("evaluate", ["test", "valid_report"])
+def test_marks_need_significance_in_every_seed(table_file, tmp_path, evaluate):
+    """The same marks whether the rows report on test or, as `evaluate: valid_report` has them, on
+    valid (their `valid.hyp.txt`, in the `valid/bleu` column)."""
+    split = "valid" if evaluate == "valid_report" else "test"
+    table_file.write_text(yaml.safe_dump({**TABLE, "evaluate": evaluate, "metrics": [f"{split}/bleu"]},
+                                         sort_keys=False))
     run_table(table_file, run_row=fake_run, results_dir=tmp_path / "results")
     out = tmp_path / "results" / "unit.sig"
     lines = {r["row"]: r for r in csv.DictReader((out / "table.csv").open())}
@@ -46,6 +52,15 @@ def test_marks_need_significance_in_every_seed(table_file, tmp_path):
     markdown = (out / "table.md").read_text()
     assert next(text for text in markdown.splitlines() if text.startswith("| better |")).count("↑") == 1
     assert "baseline row `baseline`" in markdown and "METEOR are case-insensitive." in markdown
+    assert f"↑/↓: {split}/bleu significantly" in markdown
+    assert ("the test split was never read" in markdown) == (evaluate == "valid_report")
+    assert not list((tmp_path / "results").rglob(f"{'test' if split == 'valid' else 'valid'}.hyp.txt"))
+
+
+def test_a_valid_report_table_shows_valid_scores_only(table_file):
+    table_file.write_text(yaml.safe_dump({**TABLE, "evaluate": "valid_report"}, sort_keys=False))
+    with pytest.raises(DocMTInputError, match="metric 'test/bleu' is not a valid/ metric"):
+        load_table(table_file)
 
 
 def test_the_baseline_must_name_a_row(table_file):

@@ -178,3 +178,39 @@ def test_a_bad_suite_entry_fails_before_training(case, match, tmp_path):
         train.fit_run(cfg)
     assert err.value.key == "eval.contrastive"
     assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.fit
+def test_a_run_reporting_on_valid_scores_the_valid_split_and_never_reads_test(fitted, root):
+    """`data.report_split=valid` (a table's `evaluate: valid_report`): the same trained stage (the
+    report's split is not part of its key), its test report on the valid split under `valid/` names
+    and `valid.*` files, and no test document binarized or decoded."""
+    from lightning_docmt.data.prepare import cache_layout, read_meta
+
+    cfg = compose(root, "eval.contrastive=[corpus]", "data.report_split=valid")
+    run_dir = train.fit_run(cfg)
+    record = json.loads((run_dir / "run.json").read_text())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    stage, tested = record["stages"]["main"], fitted["record"]["stages"]["main"]
+    assert stage["reused"] and stage["key"] == tested["key"]
+    assert {"valid/bleu", "valid/chrf", "valid/contrastive/accuracy"} <= set(metrics)
+    assert not [k for k in metrics if k.startswith(("test/", "contrastive/"))]
+    assert {p.name for p in run_dir.glob("valid.*")} == {"valid.hyp.txt", "valid.ref.txt", "valid.signature.json"}
+    assert not list(run_dir.glob("test.*"))
+    layout = cache_layout(cfg.data, cfg.vocab)
+    assert read_meta(layout.split_dirs["test"])["split"] == "valid"
+    references = (run_dir / "valid.ref.txt").read_text().splitlines()
+    assert len(references) == read_meta(layout.split_dirs["valid"])["sentences"]
+    assert references != (fitted["run_dir"] / "test.ref.txt").read_text().splitlines()
+
+
+def test_reported_scores_are_renamed_and_the_files_moved(tmp_path):
+    """What `reported_on_valid` renames: the test loop's, the context-usage passes' and the suites'
+    scores; training speed and the environment record stay as they are."""
+    (tmp_path / "test.hyp.txt").write_text("a\n")
+    scores = {"test/bleu": 1.0, "cxmi": 0.1, "cxmi/first": 0.0, "random_ctx/bleu_delta": -0.2,
+              "contrastive/accuracy": 0.5, TRAIN_SPEED_METRIC: 9.0, "env/code": "abc"}
+    assert train.reported_on_valid(scores, tmp_path) == {
+        "valid/bleu": 1.0, "valid/cxmi": 0.1, "valid/cxmi/first": 0.0, "valid/random_ctx/bleu_delta": -0.2,
+        "valid/contrastive/accuracy": 0.5, TRAIN_SPEED_METRIC: 9.0, "env/code": "abc"}
+    assert [p.name for p in tmp_path.iterdir()] == ["valid.hyp.txt"]
