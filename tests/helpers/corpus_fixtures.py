@@ -30,6 +30,17 @@ def random_documents(n_docs: int, seed: int = 0, *, max_sentences: int = 6,
     return docs
 
 
+def english_documents(sentences: list[str]) -> list[Document]:
+    """Eight short documents cycling through `sentences` (3 or 4 each): 6 train, 1 valid, 1 test;
+    targets are the words reversed and upper-cased (the pretrained-encoder tests' corpus)."""
+    docs = []
+    for d in range(8):
+        src = [sentences[(d + i) % len(sentences)] for i in range(3 + d % 2)]
+        tgt = [" ".join(reversed(s.upper().split())) for s in src]
+        docs.append(Document(f"doc{d}", src, tgt, "valid" if d == 6 else "test" if d == 7 else "train"))
+    return docs
+
+
 def write_jsonl(path: Path, docs: list[Document]) -> str:
     """Write documents in the `jsonl:` format; returns the corpus spec."""
     with open(path, "w", encoding="utf-8") as f:

@@ -18,7 +18,6 @@ from safetensors import safe_open
 from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.config.registry import get_arch, model_config
-from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import WordPieceVocab
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.loaded_model import load_checkpoint
@@ -27,7 +26,7 @@ from lightning_docmt.models.transformer import TransformerSeq2Seq
 from lightning_docmt.nn.frozen import frozen_parameter_names
 from lightning_docmt.nn.pretrained import pretrained_dir
 from tests.helpers.cli_run import docmt, run_dir_of
-from tests.helpers.corpus_fixtures import write_jsonl
+from tests.helpers.corpus_fixtures import english_documents, write_jsonl
 from tests.helpers.run_env import single_process_run_env
 
 MINILM = "minilm"
@@ -193,14 +192,9 @@ def test_a_batch_without_the_stream_is_one_error_naming_it(vocab):
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("donato")
-    sentences = [PREV, CUR, NEXT, "The dog sings at night.", "Small birds walk on the green hill.",
-                 "Red light and blue water.", "A man reads a book."]
-    docs = []
-    for d in range(8):
-        src = [sentences[(d + i) % len(sentences)] for i in range(3 + d % 2)]
-        tgt = [" ".join(reversed(s.upper().split())) for s in src]
-        docs.append(Document(f"doc{d}", src, tgt, "valid" if d == 6 else "test" if d == 7 else "train"))
-    write_jsonl(root / "corpus.jsonl", docs)
+    write_jsonl(root / "corpus.jsonl", english_documents([PREV, CUR, NEXT, "The dog sings at night.",
+                                                          "Small birds walk on the green hill.",
+                                                          "Red light and blue water.", "A man reads a book."]))
     return root
 
 

@@ -21,7 +21,6 @@ from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID, SEP_ID, UNK_ID
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.config.registry import get_arch, model_config
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
-from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import Vocabulary, WordPieceVocab
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.loaded_model import load_checkpoint
@@ -31,7 +30,7 @@ from lightning_docmt.nn.attention import key_mask
 from lightning_docmt.nn.layers import LayerInputs
 from lightning_docmt.nn.pretrained import PretrainedEmbedding, pretrained_dir
 from tests.helpers.cli_run import docmt, run_dir_of
-from tests.helpers.corpus_fixtures import write_jsonl
+from tests.helpers.corpus_fixtures import english_documents, write_jsonl
 from tests.helpers.run_checks import assert_test_bleu_rescores
 from tests.helpers.run_env import single_process_run_env
 
@@ -246,14 +245,9 @@ def test_zhang_doc_starts_both_encoders_from_the_checkpoint(vocab, minilm_dir):
 def corpus(tmp_path_factory) -> Path:
     """Eight short English documents: 6 train, 1 valid, 1 test; targets are the words reversed."""
     root = tmp_path_factory.mktemp("pretrained")
-    sentences = [s for s in SENTENCES] + ["It sleeps under the tree.", "The dog sings at night.",
-                                          "Small birds walk on the green hill.", "Red light and blue water."]
-    docs = []
-    for d in range(8):
-        src = [sentences[(d + i) % len(sentences)] for i in range(3 + d % 2)]
-        tgt = [" ".join(reversed(s.upper().split())) for s in src]
-        docs.append(Document(f"doc{d}", src, tgt, "valid" if d == 6 else "test" if d == 7 else "train"))
-    write_jsonl(root / "corpus.jsonl", docs)
+    write_jsonl(root / "corpus.jsonl", english_documents(
+        [*SENTENCES, "It sleeps under the tree.", "The dog sings at night.", "Small birds walk on the green hill.",
+         "Red light and blue water."]))
     return root
 
 
