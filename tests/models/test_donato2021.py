@@ -199,17 +199,22 @@ def corpus(tmp_path_factory) -> Path:
 
 
 @pytest.mark.fit
-def test_stage_two_trains_the_stack_alone_and_leaves_stage_one_and_the_encoder_bit_for_bit(corpus, monkeypatch):
+def test_each_stage_trains_its_new_blocks_alone_and_leaves_what_came_before_bit_for_bit(corpus, monkeypatch):
+    """Three stages: the Transformer; the stack B_s(p,c) alone (STACK_GLOBS); then a block over
+    B_s(c,n) appended last (reading D13) and trained alone, as stage 3 of Donato et al.'s recipe."""
     config = corpus / "pas.yaml"
+    appended = ["*.context_stack.blocks.1.*", "memory_proj.bert_cn.*"]
     config.write_text(
         f"data:\n  corpus: jsonl:{corpus / 'corpus.jsonl'}\n  cache_dir: {corpus / 'cache'}\n"
         f"logging:\n  runs_dir: {corpus / 'runs'}\n"
         "model:\n  arch: pas\n  context_encoders: {bert: {checkpoint: minilm}}\n"
-        "  stack: [{stream: bert_pc, encoder: bert}]\n"
-        "context:\n  streams: {bert_pc: {prev: 1}}\n"
-        "train:\n  max_steps: 3\n  val_every_steps: 3\n  schedule: [sent, stack]\n"
+        "  stack: [{stream: bert_pc, encoder: bert}, {stream: bert_cn, encoder: bert}]\n"
+        "context:\n  streams: {bert_pc: {prev: 1}, bert_cn: {next: 1}}\n"
+        "train:\n  max_steps: 3\n  val_every_steps: 3\n  schedule: [sent, stack, append]\n"
         "  stages:\n    sent: {arch: transformer}\n"
-        f"    stack: {{init_from: sent, trainable: {json.dumps(STACK_GLOBS)}}}\n", encoding="utf-8")
+        f"    stack: {{init_from: sent, trainable: {json.dumps(STACK_GLOBS)},\n"
+        "            model: {stack: [{stream: bert_pc, encoder: bert}]}}\n"
+        f"    append: {{init_from: stack, trainable: {json.dumps(appended)}}}\n", encoding="utf-8")
     monkeypatch.chdir(corpus)
     with single_process_run_env():
         run_dir = run_dir_of(docmt("fit", config, "--profile", "tiny"))
@@ -217,6 +222,13 @@ def test_stage_two_trains_the_stack_alone_and_leaves_stage_one_and_the_encoder_b
     sent = load_checkpoint(record["stages"]["sent"]["checkpoint"]).model.state_dict()
     stack = load_checkpoint(record["stages"]["stack"]["checkpoint"])
     state = stack.model.state_dict()
+    third = load_checkpoint(record["stages"]["append"]["checkpoint"]).model.state_dict()
+    for name, tensor in state.items():  # stage 2 as it was, the Transformer, the first block, its projection
+        assert torch.equal(third[name], tensor) or name.endswith(".drop_branch.draws"), name  # draws go on counting
+    new = [n for n in third if n not in state]
+    assert new and all(any(fnmatch.fnmatch(n, g) for g in appended) for n in new)
+    assert any(not torch.equal(third[n], start) for n, start in build(load=False).state_dict().items()
+               if n in new and start.is_floating_point())  # the appended block trained
     assert isinstance(stack.model, ParallelStackSeq2Seq)
     for name, tensor in sent.items():  # stage 1's Transformer, bit for bit
         assert torch.equal(state[name], tensor), name
