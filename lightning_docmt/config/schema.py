@@ -65,6 +65,9 @@ class StreamConfig:
     next: int = 0  # next sentences read
     format: str = "pair"  # pair: [CLS] A [SEP] B [SEP] with token types (BERT) | concat: one sequence (PEGASUS)
     max_tokens: int = 512  # cap on a row (specials included); the farthest neighbours are cut first
+    # A target stream at valid and test time: a first-pass run's directory whose <split>.hyp.txt it
+    # reads instead of the references (data/first_pass.py); null: the references (an oracle).
+    hypotheses: Optional[str] = None
 
 
 @dataclass

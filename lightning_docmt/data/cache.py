@@ -44,6 +44,7 @@ from typing import BinaryIO, Iterable, Mapping
 
 import numpy as np
 
+from lightning_docmt.data.first_pass import Replacement
 from lightning_docmt.data.tokenizers import ExternalTokenizer
 from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import Vocabulary
@@ -266,15 +267,17 @@ def build_cache(documents: Iterable[Document], src_vocab: Vocabulary, tgt_vocab:
                 keep_text: bool = False, extra_meta: dict | None = None,
                 chunk_sentences: int = _CHUNK_SENTENCES,
                 external: ExternalTokenizer | None = None,
-                retokenised: Mapping[str, tuple[str, ExternalTokenizer]] | None = None) -> dict:
+                retokenised: Mapping[str, tuple[str, ExternalTokenizer, Replacement | None]] | None = None
+                ) -> dict:
     """Binarize `documents` into the (empty, existing) directory `out`; returns its meta.
 
     Sentences are encoded `chunk_sentences` at a time with the vocabulary's batch encoder and
     appended to the raw files, so memory stays bounded by one chunk whatever the corpus size.
     `external` also writes the source sentences in that tokenizer's ids (`ext.*`); without it
     the files are exactly those of a build that knows nothing of the external stream.
-    `retokenised` (array name -> (side, tokenizer), `streams.retokenised_name`) also writes each
-    named array: that side's sentences in that tokenizer's ids.
+    `retokenised` (array name -> (side, tokenizer, replacement), `streams.retokenised_name`) also
+    writes each named array: that side's sentences in that tokenizer's ids, or the replacement's
+    lines (`data/first_pass.py`: a first-pass translation per sentence) when there is one.
     """
     retokenised = dict(retokenised or {})
     out = Path(out)
@@ -282,7 +285,7 @@ def build_cache(documents: Iterable[Document], src_vocab: Vocabulary, tgt_vocab:
     dtypes = {side: dtype for side in _SIDES}
     if external is not None:
         dtypes[EXTERNAL_SIDE] = token_dtype(len(external))
-    for name, (_, tokenizer) in retokenised.items():
+    for name, (_, tokenizer, _) in retokenised.items():
         dtypes[name] = token_dtype(len(tokenizer))
     doc_ids: list[str] = []
     doc_offsets = array("q", [0])
@@ -296,8 +299,10 @@ def build_cache(documents: Iterable[Document], src_vocab: Vocabulary, tgt_vocab:
             tgt_len = writer.add("tgt", tgt_buf, tgt_vocab)
             if external is not None:
                 writer.add_ids(EXTERNAL_SIDE, external.encode_batch(src_buf))
-            for name, (side, tokenizer) in retokenised.items():
-                writer.add_ids(name, tokenizer.encode_batch(src_buf if side == "src" else tgt_buf))
+            for name, (side, tokenizer, replacement) in retokenised.items():
+                texts = (src_buf if side == "src" else tgt_buf) if replacement is None else (
+                    replacement.lines[writer.n_sentences:writer.n_sentences + len(src_buf)])
+                writer.add_ids(name, tokenizer.encode_batch(texts))
             keep = (length_filter.keep(src_len, tgt_len) if length_filter is not None
                     else np.ones(len(src_len), dtype=bool))
             writer.add_targets(keep)
@@ -320,9 +325,12 @@ def build_cache(documents: Iterable[Document], src_vocab: Vocabulary, tgt_vocab:
     if external is not None:
         meta["external"] = {"fingerprint": external.fingerprint,
                             "dtype": dtypes[EXTERNAL_SIDE].name}
+    for replacement in [r for _, _, r in retokenised.values() if r is not None]:
+        replacement.check_count(writer.n_sentences)
     if retokenised:
         meta["retokenised"] = {name: {"side": side, "fingerprint": tokenizer.fingerprint,
-                                      "dtype": dtypes[name].name}
-                               for name, (side, tokenizer) in retokenised.items()}
+                                      "dtype": dtypes[name].name,
+                                      "first_pass": None if replacement is None else str(replacement.path)}
+                               for name, (side, tokenizer, replacement) in retokenised.items()}
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     return meta

@@ -27,6 +27,7 @@ from lightning_docmt.config.schema import DataConfig, VocabConfig
 from lightning_docmt.data.cache import CACHE_FORMAT, LengthFilter, build_cache
 from lightning_docmt.data.cachedir import build_once, content_key
 from lightning_docmt.data.corpora import read_corpus
+from lightning_docmt.data.first_pass import RetokenisedSide
 from lightning_docmt.data.languages import character_coverages
 from lightning_docmt.data.splits import SplitSource, split_sources
 from lightning_docmt.data.streams import retokenised_arrays
@@ -36,8 +37,8 @@ from lightning_docmt.data.vocab import build_vocabularies, load_vocabularies, vo
 from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.errors import DocMTInputError
 
-Retokenised = Mapping[str, tuple[str, ExternalTokenizer]]
-"""Array name -> (corpus side, tokenizer): the streams' arrays of a split (`cache.build_cache`)."""
+Retokenised = Mapping[str, RetokenisedSide]
+"""Array name -> what it holds: the streams' arrays of a split (`streams.retokenised_arrays`)."""
 
 STAT_KEYS = ("documents", "sentences", "src_tokens", "tgt_tokens", "src_subwords", "tgt_subwords",
              "filtered", "targets")
@@ -83,8 +84,8 @@ def cache_layout(data: DataConfig, vocab: VocabConfig, external: ExternalTokeniz
                   "filter": lf and [lf.max_len, lf.max_len_ratio], "text": split != "train"}
         if external is not None:
             inputs["external"] = external.fingerprint
-        if retokenised:
-            inputs["retokenised"] = sorted([side, tokenizer.fingerprint] for side, tokenizer in retokenised.values())
+        if retokenised:  # the split whose first-pass file a target stream reads is `source.split`
+            inputs["retokenised"] = sorted(r.fingerprint(source.split) for r in retokenised.values())
         key = content_key(inputs)
         split_dirs[split] = Path(data.cache_dir) / "bin" / f"{split}-{key}"
     return CacheLayout(vdir, split_dirs)
@@ -136,7 +137,9 @@ def build_caches(data: DataConfig, vocab: VocabConfig, external: ExternalTokeniz
                         keep_text=source.split != "train",
                         extra_meta={"split": source.split, "spec": source.spec,
                                     "reader_skipped": corpus.skipped},
-                        external=external, retokenised=retokenised)
+                        external=external,
+                        retokenised={name: (r.side, r.tokenizer, r.replacement(source.split))
+                                     for name, r in (retokenised or {}).items()})
 
         build_once(directory, build)
     return layout

@@ -30,11 +30,14 @@ reads and the token array of that side in its tokenizer's ids (a split's `retoke
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
+from lightning_docmt.data.first_pass import RetokenisedSide, check_hypotheses
 from lightning_docmt.errors import DocMTInputError
 
 if TYPE_CHECKING:
@@ -140,10 +143,14 @@ def _joined(sentences: list[list[int]]) -> list[int]:
     return [i for sentence in sentences for i in sentence]
 
 
-def retokenised_name(side: str, tokenizer: ExternalTokenizer) -> str:
-    """The name of a split's token array holding corpus side `side` (src/tgt) in `tokenizer`'s ids:
-    streams that read one side with one tokenizer share it."""
-    return f"{side}.{tokenizer.fingerprint[:16]}"
+def retokenised_name(side: str, tokenizer: ExternalTokenizer, hypotheses: Optional[str] = None) -> str:
+    """The name of a split's token array holding corpus side `side` (src/tgt) in `tokenizer`'s ids
+    (at valid and test, the first-pass translations in `hypotheses` where it has them,
+    `data/first_pass.py`): streams that read one side with one tokenizer share it."""
+    name = f"{side}.{tokenizer.fingerprint[:16]}"
+    if hypotheses is None:
+        return name
+    return f"{name}.{hashlib.sha256(str(Path(hypotheses).resolve()).encode()).hexdigest()[:8]}"
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,7 @@ class StreamSpec:
     array: str  # the split's retokenised array of that side (`retokenised_name`)
     layout: StreamLayout
     pad_id: int
+    hypotheses: Optional[str] = None  # a target stream's first-pass run directory (`data/first_pass.py`)
 
     @classmethod
     def from_config(cls, name: str, cfg: StreamConfig, tokenizer: ExternalTokenizer) -> StreamSpec:
@@ -170,7 +178,17 @@ class StreamSpec:
                               max_tokens=cfg.max_tokens, eos_id=tokenizer.eos_id, sep_id=tokenizer.sep_id,
                               bos_id=tokenizer.bos_id, key=key)
         side = STREAM_SIDES[cfg.side]
-        return cls(name, side, retokenised_name(side, tokenizer), layout, tokenizer.pad_id)
+        hypotheses = getattr(cfg, "hypotheses", None)
+        check_hypotheses(hypotheses, side, f"{key}.hypotheses")
+        return cls(name, side, retokenised_name(side, tokenizer, hypotheses), layout, tokenizer.pad_id, hypotheses)
+
+    def reads_references(self, split: str) -> bool:
+        """Whether the stream reads the references of `split` (valid or test), i.e. is an oracle there."""
+        return self.side == "tgt" and self.retokenised(None).hypothesis_file(split) is None
+
+    def retokenised(self, tokenizer: Optional[ExternalTokenizer]) -> RetokenisedSide:
+        """What its array holds (`tokenizer`: the stream's)."""
+        return RetokenisedSide(self.side, tokenizer, self.hypotheses, f"context.streams.{self.name}.hypotheses")
 
     @property
     def keys(self) -> tuple[str, str, str]:
@@ -203,7 +221,7 @@ class StreamSpec:
 
 
 def retokenised_arrays(streams: Sequence[StreamSpec], tokenizers: dict[str, ExternalTokenizer]
-                       ) -> dict[str, tuple[str, ExternalTokenizer]]:
-    """The arrays the splits must hold for `streams` (`build_cache(retokenised=...)`): array name ->
-    (side, tokenizer), one per distinct side and tokenizer; `tokenizers` by stream name."""
-    return {stream.array: (stream.side, tokenizers[stream.name]) for stream in streams}
+                       ) -> dict[str, RetokenisedSide]:
+    """The arrays the splits must hold for `streams` (`prepare.build_caches`): array name -> what it
+    holds, one per distinct side, tokenizer and first-pass directory; `tokenizers` by stream name."""
+    return {stream.array: stream.retokenised(tokenizers[stream.name]) for stream in streams}

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.checkpoints import VOCAB_KEY, load_state, read_checkpoint, unpack_vocabularies
 from lightning_docmt.config.registry import build_model
+from lightning_docmt.data.first_pass import RetokenisedSide
 from lightning_docmt.data.streams import retokenised_arrays
 from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer, stream_tokenizers
 from lightning_docmt.data.vocab import Vocabulary
@@ -53,7 +54,7 @@ class LoadedModel:
         return WindowSpec.from_config(self.cfg.context, self.external, self.stream_tokenizers)
 
     @property
-    def retokenised(self) -> dict[str, tuple[str, ExternalTokenizer]]:
+    def retokenised(self) -> dict[str, RetokenisedSide]:
         """The arrays a split needs for the model's streams (`streams.retokenised_arrays`)."""
         return retokenised_arrays(self.window.streams, self.stream_tokenizers)
 

@@ -44,7 +44,7 @@ def check_sentence_by_sentence(model: LoadedModel, what: str) -> None:
 def binarize_documents(documents: Sequence[Document], model: LoadedModel, directory: Path
                        ) -> BinarizedSplit:
     build_cache(documents, model.src_vocab, model.tgt_vocab, directory, external=model.external,
-                retokenised=model.retokenised)
+                retokenised={name: (r.side, r.tokenizer, None) for name, r in model.retokenised.items()})
     return load_cache(directory)
 
 

@@ -67,7 +67,9 @@ def expected(stream: StreamSpec, i: int, anchors) -> tuple[list[int], list[int]]
 @pytest.fixture(scope="module")
 def splits(tmp_path_factory):
     out = {}
-    for name, arrays in (("plain", {}), ("streams", retokenised_arrays(ALL.streams, {n: TOKENIZER for n in LAYOUTS}))):
+    arrays = {name: (r.side, r.tokenizer, None)
+              for name, r in retokenised_arrays(ALL.streams, {n: TOKENIZER for n in LAYOUTS}).items()}
+    for name, arrays in (("plain", {}), ("streams", arrays)):
         directory = tmp_path_factory.mktemp(name)
         build_cache(DOCS, MAIN_VOCAB, MAIN_VOCAB, directory, keep_text=True, chunk_sentences=3,
                     retokenised=arrays)
@@ -84,7 +86,7 @@ def test_the_splits_hold_each_side_once_per_tokenizer_and_leave_the_rest_untouch
         array = split.retokenised[stream.array]
         assert [array[i].tolist() for i in range(len(sentences))] == TOKENIZER.encode_batch(sentences)
         assert split.meta["retokenised"][stream.array] == {"side": stream.side, "fingerprint": TOKENIZER.fingerprint,
-                                                           "dtype": "uint16"}
+                                                           "dtype": "uint16", "first_pass": None}
     assert plain.retokenised == {} and "retokenised" not in plain.meta
     plain_files = {p.name for p in plain.path.iterdir()}
     assert {p.name for p in split.path.iterdir()} - plain_files == {f"{n}.{kind}" for n in names
@@ -215,3 +217,45 @@ def test_a_stream_name_must_name_batch_keys():
     with pytest.raises(DocMTInputError, match="key 'context.streams.x.bogus'|bogus"):
         compose(None, ["context.streams.x.bogus=1"])
     assert dict(compose(None).context.streams) == {}
+
+
+# ----------------------------------------------------------------------- first-pass translations
+def test_a_target_stream_reads_first_pass_translations_at_valid_and_test_and_references_in_training(
+        tmp_path, stream_vocab_dir):
+    """Reading D8: `hypotheses` names a first-pass run's directory; each split with a `<split>.hyp.txt`
+    there reads it (one line per sentence), the others read the references; the file's content keys
+    the split."""
+    first_pass = tmp_path / "first_pass"
+    first_pass.mkdir()
+    valid = [s for d in DOCS if d.split == "valid" for s in d.tgt]
+    (first_pass / "valid.hyp.txt").write_text("".join(f"THE {i} DOG\n" for i in range(len(valid))))
+    data, vocab, context = configs(tmp_path, stream_vocab_dir, side="target", hypotheses=str(first_pass))
+    dm = DocumentWindowDataModule(data, vocab, context)
+    dm.setup()
+    [stream] = dm.window.streams
+    array = stream.array
+    read = {split: [dm.split(split).retokenised[array][i].tolist() for i in range(dm.split(split).n_sentences)]
+            for split in ("train", "valid", "test")}
+    own = {split: [s for d in DOCS if d.split == split for s in d.tgt] for split in ("train", "valid", "test")}
+    assert read["valid"] == TOKENIZER.encode_batch([f"THE {i} DOG" for i in range(len(valid))])
+    assert read["train"] == TOKENIZER.encode_batch(own["train"]) and read["test"] == TOKENIZER.encode_batch(own["test"])
+    assert not stream.reads_references("valid") and stream.reads_references("test")
+    before = {split: dm.split(split).path for split in ("train", "valid", "test")}
+    (first_pass / "valid.hyp.txt").write_text("".join(f"A {i} CAT\n" for i in range(len(valid))))
+    again = DocumentWindowDataModule(data, vocab, context)
+    again.setup()
+    assert again.split("valid").path != before["valid"]
+    assert again.split("train").path == before["train"] and again.split("test").path == before["test"]
+
+
+def test_a_first_pass_file_of_another_length_or_a_source_stream_with_one_is_one_error(tmp_path, stream_vocab_dir):
+    first_pass = tmp_path / "first_pass"
+    first_pass.mkdir()
+    (first_pass / "test.hyp.txt").write_text("ONE LINE\n")
+    data, vocab, context = configs(tmp_path, stream_vocab_dir, side="target", hypotheses=str(first_pass))
+    with pytest.raises(DocMTInputError, match=r"test.hyp.txt.*key 'context.streams.bert.hypotheses'.*1 lines"):
+        DocumentWindowDataModule(data, vocab, context).setup()
+    with pytest.raises(DocMTInputError, match="key 'context.streams.bert.hypotheses': only a target stream"):
+        DocumentWindowDataModule(*configs(tmp_path, stream_vocab_dir, hypotheses=str(first_pass)))
+    with pytest.raises(DocMTInputError, match="no such directory"):
+        DocumentWindowDataModule(*configs(tmp_path, stream_vocab_dir, side="target", hypotheses=str(tmp_path / "x")))
