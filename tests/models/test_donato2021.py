@@ -18,9 +18,11 @@ from safetensors import safe_open
 from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.config.registry import get_arch, model_config
+from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import WordPieceVocab
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.loaded_model import load_checkpoint
+from lightning_docmt.inference.translate import translate_documents
 from lightning_docmt.models.pas import STACK_GLOBS, ParallelStackSeq2Seq
 from lightning_docmt.models.transformer import TransformerSeq2Seq
 from lightning_docmt.nn.frozen import frozen_parameter_names
@@ -229,6 +231,10 @@ def test_each_stage_trains_its_new_blocks_alone_and_leaves_what_came_before_bit_
     assert new and all(any(fnmatch.fnmatch(n, g) for g in appended) for n in new)
     assert any(not torch.equal(third[n], start) for n, start in build(load=False).state_dict().items()
                if n in new and start.is_floating_point())  # the appended block trained
+    # raw documents translate through the same streams (binarized for inference, `docmt translate`)
+    translated = translate_documents(load_checkpoint(record["stages"]["append"]["checkpoint"]),
+                                     [Document("d", [PREV, CUR, NEXT], ["", "", ""])], beam=2, len_penalty=0.0)
+    assert len(translated) == 1 and len(translated[0]) == 3 and all(isinstance(t, str) for t in translated[0])
     assert isinstance(stack.model, ParallelStackSeq2Seq)
     for name, tensor in sent.items():  # stage 1's Transformer, bit for bit
         assert torch.equal(state[name], tensor), name
