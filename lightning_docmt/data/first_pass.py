@@ -46,11 +46,7 @@ class RetokenisedSide:
     key: str = ""  # `context.streams.<name>.hypotheses`
 
     def hypothesis_file(self, split: str) -> Optional[Path]:
-        """`<hypotheses>/<split>.hyp.txt` when it exists (never for the training split)."""
-        if self.hypotheses is None or split == "train":
-            return None
-        path = Path(self.hypotheses) / f"{split}.hyp.txt"
-        return path if path.is_file() else None
+        return first_pass_file(self.hypotheses, split)
 
     def fingerprint(self, split: str) -> list[str]:
         """What the split's array depends on: side, tokenizer and the first-pass file's content."""
@@ -64,6 +60,14 @@ class RetokenisedSide:
         if path is None:
             return None
         return Replacement(path.read_text(encoding="utf-8").split("\n")[:-1], path, self.key)
+
+
+def first_pass_file(hypotheses: Optional[str], split: str) -> Optional[Path]:
+    """`<hypotheses>/<split>.hyp.txt` when it exists (never for the training split)."""
+    if hypotheses is None or split == "train":
+        return None
+    path = Path(hypotheses) / f"{split}.hyp.txt"
+    return path if path.is_file() else None
 
 
 def check_hypotheses(hypotheses: Optional[str], side: str, key: str) -> None:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
-from lightning_docmt.data.first_pass import RetokenisedSide, check_hypotheses
+from lightning_docmt.data.first_pass import RetokenisedSide, check_hypotheses, first_pass_file
 from lightning_docmt.errors import DocMTInputError
 
 if TYPE_CHECKING:
@@ -184,9 +184,9 @@ class StreamSpec:
 
     def reads_references(self, split: str) -> bool:
         """Whether the stream reads the references of `split` (valid or test), i.e. is an oracle there."""
-        return self.side == "tgt" and self.retokenised(None).hypothesis_file(split) is None
+        return self.side == "tgt" and first_pass_file(self.hypotheses, split) is None
 
-    def retokenised(self, tokenizer: Optional[ExternalTokenizer]) -> RetokenisedSide:
+    def retokenised(self, tokenizer: ExternalTokenizer) -> RetokenisedSide:
         """What its array holds (`tokenizer`: the stream's)."""
         return RetokenisedSide(self.side, tokenizer, self.hypotheses, f"context.streams.{self.name}.hypotheses")
 
