@@ -320,14 +320,7 @@ def _apply_pretrained_encoder(cfg: DictConfig, layers: Sequence[Layer]) -> None:
     name = cfg.model.pretrained_encoder if "pretrained_encoder" in cfg.model else None
     if name is None:
         return
-    setter = _last_set(layers, ENCODER_KEY)
-    try:
-        settings = encoder_settings(name)
-    except DocMTInputError as err:  # say where the name came from (file and line, or the override)
-        if setter is None or err.path is not None:
-            raise
-        raise setter[1].error(str(err).removeprefix(f"key '{err.key}': "), err.key) from None
-    cfg.model.merge_with(settings)
+    cfg.model.merge_with(_encoder_settings(layers, name, ENCODER_KEY))
     source = cfg.vocab.src_pretrained
     if source is not None and source != name:
         found = _last_set(layers, "vocab.src_pretrained")
@@ -343,6 +336,18 @@ def _apply_pretrained_encoder(cfg: DictConfig, layers: Sequence[Layer]) -> None:
         OmegaConf.update(cfg, dotted, False)
 
 
+def _encoder_settings(layers: Sequence[Layer], name: str, key: str) -> dict[str, Any]:
+    """`encoder_settings` of checkpoint `name`, set at `key`; an error says where the name came from
+    (the file and line, or the override, that set `key`)."""
+    try:
+        return encoder_settings(name, key)
+    except DocMTInputError as err:
+        setter = _last_set(layers, key)
+        if setter is None or err.path is not None:
+            raise
+        raise setter[1].error(str(err).removeprefix(f"key '{err.key}': "), err.key) from None
+
+
 def _apply_context_encoders(cfg: DictConfig, layers: Sequence[Layer]) -> None:
     """Resolve `model.context_encoders` (the frozen encoders of `model.arch=pas`, `models/pas.py`):
     each checkpoint's sizes and layout from its config.json (found offline, else one error naming the
@@ -352,14 +357,7 @@ def _apply_context_encoders(cfg: DictConfig, layers: Sequence[Layer]) -> None:
     if not encoders:
         return
     for name, encoder in encoders.items():
-        key = f"model.context_encoders.{name}.checkpoint"
-        setter = _last_set(layers, key)
-        try:
-            settings = encoder_settings(encoder.checkpoint, key)
-        except DocMTInputError as err:  # say where the name came from (file and line, or the override)
-            if setter is None or err.path is not None:
-                raise
-            raise setter[1].error(str(err).removeprefix(f"key '{err.key}': "), err.key) from None
+        settings = _encoder_settings(layers, encoder.checkpoint, f"model.context_encoders.{name}.checkpoint")
         encoder.merge_with({"width": settings["d_model"], "heads": settings["heads"], "ffn_dim": settings["ffn_dim"],
                             "layers": settings["enc_layers"], "layout": settings["pretrained_layout"]})
     for index, block in enumerate(cfg.model.get("stack") or []):

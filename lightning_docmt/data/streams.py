@@ -143,6 +143,11 @@ def _joined(sentences: list[list[int]]) -> list[int]:
     return [i for sentence in sentences for i in sentence]
 
 
+def stream_keys(name: str) -> tuple[str, str, str]:
+    """The batch keys of stream `name`: its ids, token types and padding mask."""
+    return f"stream_{name}", f"stream_{name}_types", f"stream_{name}_pad"
+
+
 def retokenised_name(side: str, tokenizer: ExternalTokenizer, hypotheses: Optional[str] = None) -> str:
     """The name of a split's token array holding corpus side `side` (src/tgt) in `tokenizer`'s ids
     (at valid and test, the first-pass translations in `hypotheses` where it has them,
@@ -192,8 +197,8 @@ class StreamSpec:
 
     @property
     def keys(self) -> tuple[str, str, str]:
-        """The batch keys: ids, token types, padding mask."""
-        return f"stream_{self.name}", f"stream_{self.name}_types", f"stream_{self.name}_pad"
+        """The batch keys: ids, token types, padding mask (`stream_keys`)."""
+        return stream_keys(self.name)
 
     def row(self, ids: np.ndarray, offsets: np.ndarray, i: int, anchor: int, start: int, end: int
             ) -> tuple[list[int], list[int]]:

@@ -41,8 +41,9 @@ from typing import Any, Optional
 from torch import Tensor, nn
 
 from lightning_docmt.batch import PAD_ID
-from lightning_docmt.config.pretrained_files import PretrainedLayout
+from lightning_docmt.config.pretrained_files import PretrainedLayout, as_layout
 from lightning_docmt.config.registry import register_arch
+from lightning_docmt.data.streams import stream_keys
 from lightning_docmt.data.vocab.wordpiece import WordPieceVocab
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
@@ -94,8 +95,9 @@ class PasConfig(TransformerConfig):
 
 
 def memory_name(stream: str) -> str:
-    """The name under which the stack's blocks find a stream's memory in `LayerInputs.memories`."""
-    return f"stream_{stream}"
+    """The name under which the stack's blocks find a stream's memory in `LayerInputs.memories`: its
+    ids' batch key."""
+    return stream_keys(stream)[0]
 
 
 @dataclass
@@ -132,8 +134,7 @@ def context_encoder(name: str, cfg: ContextEncoderConfig) -> PretrainedEncoder:
     if cfg.layout is None or cfg.width < 1:
         raise DocMTInputError("has no sizes: build the config with config.composition.compose, which reads "
                               "the checkpoint's config.json", key=f"model.context_encoders.{name}")
-    layout = cfg.layout if isinstance(cfg.layout, PretrainedLayout) else PretrainedLayout(**cfg.layout)
-    return PretrainedEncoder(layout, cfg.width, cfg.heads, cfg.ffn_dim, cfg.layers)
+    return PretrainedEncoder(as_layout(cfg.layout), cfg.width, cfg.heads, cfg.ffn_dim, cfg.layers)
 
 
 @register_arch("pas", PasConfig)
@@ -187,8 +188,7 @@ class ParallelStackSeq2Seq(TransformerSeq2Seq):
         """Every stream's memory (B, L_k, D): its frozen encoder's last layer, projected."""
         memories = {}
         for stream, encoder in self.readers.items():
-            ids_key, types_key, pad_key = (memory_name(stream), f"{memory_name(stream)}_types",
-                                           f"{memory_name(stream)}_pad")
+            ids_key, types_key, pad_key = stream_keys(stream)
             if ids_key not in batch:
                 raise DocMTInputError(f"model.stack reads stream '{stream}', which the batches do not carry",
                                       key=f"context.streams.{stream}")

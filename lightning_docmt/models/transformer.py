@@ -40,7 +40,7 @@ from typing import Any, Optional
 from torch import Tensor, nn
 
 from lightning_docmt.batch import PAD_ID
-from lightning_docmt.config.pretrained_files import ENCODER_KEY, PretrainedLayout
+from lightning_docmt.config.pretrained_files import ENCODER_KEY, PretrainedLayout, as_layout
 from lightning_docmt.config.registry import register_arch
 from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.errors import DocMTInputError
@@ -82,7 +82,7 @@ def pretrained_layout(cfg: TransformerConfig) -> Optional[PretrainedLayout]:
     if layout is None:
         raise DocMTInputError("set, but model.pretrained_layout is empty: build the config with "
                               "config.composition.compose, which reads the checkpoint's sizes", key=ENCODER_KEY)
-    return layout if isinstance(layout, PretrainedLayout) else PretrainedLayout(**layout)
+    return as_layout(layout)
 
 
 @register_arch("transformer", TransformerConfig)

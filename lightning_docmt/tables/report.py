@@ -188,8 +188,9 @@ def run_provenance(records: Sequence[RunRecord]) -> list[str]:
 def write_csv(table: Table, summaries: Sequence[RowSummary], path: Path, *,
               significance: Significance | None = None) -> Path:
     """One line per row and metric; `p_values` (per seed, `;`-separated) and `mark` against the
-    baseline row, on the test BLEU lines of the rows that were tested."""
+    baseline row, on the test (or valid) BLEU lines of the rows that were tested."""
     significance = significance or {}
+    marked = marked_metric(table)
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["row", "metric", "n", "mean", "std", "paper", "delta", "status",
@@ -198,7 +199,7 @@ def write_csv(table: Table, summaries: Sequence[RowSummary], path: Path, *,
             for metric in table.metrics:
                 m = summary.metrics[metric]
                 mark, p_values = (significance.get(summary.row.name, ("", ()))
-                                  if metric == marked_metric(table) else ("", ()))
+                                  if metric == marked else ("", ()))
                 writer.writerow([summary.row.name, metric, m.n, raw_cell(m.mean), raw_cell(m.std),
                                  raw_cell(m.paper), raw_cell(m.delta), summary.status,
                                  ";".join(repr(p) for p in p_values), mark])

@@ -37,7 +37,6 @@ from lightning_docmt.config import composition as config_lib
 from lightning_docmt.config.registry import get_arch
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.data.languages import bleu_tokenizer
-from lightning_docmt.data.splits import split_sources
 from lightning_docmt.distributed import barrier, is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.context_usage import context_usage_metrics
@@ -355,8 +354,7 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
     own_targets = module.own_translations()  # every rank: a collective under DDP
     targets = [s for s in datamodule.window.streams if s.side == "tgt"]
     if targets:  # reading D8: a target stream that reads the references of the scored split is an oracle
-        scored = split_sources(cfg.data)["test"].split
-        scores["test/oracle_context"] = float(any(s.reads_references(scored) for s in targets))
+        scores["test/oracle_context"] = float(any(s.reads_references(cfg.data.report_split) for s in targets))
     if (suites or cfg.eval.context_usage) and is_global_zero():
         module.to(trainer.strategy.root_device).eval()  # the test loop left it on the CPU, training
         model = LoadedModel(module.model, cfg, datamodule.src_vocab, datamodule.tgt_vocab)
