@@ -41,11 +41,17 @@ DONE_FILE = "pretraining.json"  # written last: a directory without it is not fi
 
 @dataclass
 class PretrainConfig:
-    """An encoder pretrained on the Bible's training books (`data/pretraining_text.py`)."""
+    """An encoder pretrained on the Bible's training books (`data/pretraining_text.py`), or on the
+    training documents of a synthetic corpus (`corpus`)."""
 
     objective: str = "mlm"  # mlm: BERT's masked LM on verse pairs | gap_sentence: PEGASUS's, one verse per window
-    lang: str = "en"
+    lang: str = "en"  # the Bible's language (with `corpus`: only a label in the output's name)
     versions: Optional[list[str]] = None  # None: every version of the language
+    # `synthetic:NAME?...`: its training documents' `side` instead of the Bible (the learning tests'
+    # encoders). Only synthetic corpora: their text is a function of the spec, so this key, which
+    # reads no corpus (config is below data), cannot go stale; a file's content could change unseen.
+    corpus: Optional[str] = None
+    side: str = "source"  # with `corpus`: source | target
     lowercase: bool = False  # the WordPiece tokenizer lower-cases (and strips accents)
     vocab_size: int = 8000
     width: int = 256
@@ -82,7 +88,9 @@ def load_pretrain_config(path: str | Path) -> PretrainConfig:
         raise DocMTInputError(str(err).splitlines()[0], path=file.path, line=line, key=dotted or None) from None
     cfg = PretrainConfig(**OmegaConf.to_container(merged, resolve=True))
     checks = {"objective": cfg.objective in OBJECTIVES, "held_out": 0.0 < cfg.held_out < 0.5,
-              "precision": cfg.precision in ("32", "bf16"), "steps": cfg.steps > cfg.warmup_steps >= 0}
+              "precision": cfg.precision in ("32", "bf16"), "steps": cfg.steps > cfg.warmup_steps >= 0,
+              "corpus": cfg.corpus is None or (cfg.corpus.startswith("synthetic:") and cfg.versions is None),
+              "side": cfg.side in ("source", "target")}
     checks.update({key: getattr(cfg, key) > 0 for key in ("vocab_size", "width", "heads", "ffn_dim", "layers",
                                                            "max_tokens", "batch_rows", "val_every_steps", "lr")})
     for key, ok in checks.items():

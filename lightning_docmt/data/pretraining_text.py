@@ -27,6 +27,8 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from lightning_docmt.config.pretraining import PretrainConfig
+from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.corpora.bible import BOOKS, SPLIT_OF_BOOK, cleaned_verses, load_versions
 from lightning_docmt.data.corpora.bible_versions import LANGUAGES, versions_of
 from lightning_docmt.errors import DocMTInputError
@@ -76,6 +78,21 @@ def training_chapters(lang: str, versions: list[str] | None = None) -> list[Chap
         chapters += [Chapter(name, f"{BOOKS[book - 1]}.{chapter}", tuple(verses))
                      for (book, chapter), verses in current.items()]
     return chapters
+
+
+def corpus_chapters(spec: str, side: str) -> list[Chapter]:
+    """The training documents of corpus `spec` (labelled `train`, or unlabelled), their `side`
+    (source | target) as chapters: the text of an encoder pretrained for a synthetic corpus."""
+    documents = [d for d in read_corpus(spec).documents if d.split in ("train", None)]
+    return [Chapter(spec, d.doc_id, tuple(s for s in (d.src if side == "source" else d.tgt) if s))
+            for d in documents]
+
+
+def pretraining_chapters(cfg: PretrainConfig) -> list[Chapter]:
+    """The text `cfg` pretrains on: its corpus' training documents, or the Bible's training books."""
+    if cfg.corpus is not None:
+        return corpus_chapters(cfg.corpus, cfg.side)
+    return training_chapters(cfg.lang, cfg.versions)
 
 
 def gap_sentence_examples(chapters: list[Chapter], seed: int, window: int = GAP_WINDOW,

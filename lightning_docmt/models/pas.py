@@ -36,7 +36,7 @@ repeated after a resume.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from torch import Tensor, nn
 
@@ -147,6 +147,11 @@ class ParallelStackSeq2Seq(TransformerSeq2Seq):
     """
 
     reads_context = True
+
+    @classmethod
+    def streams_read(cls, model: Mapping[str, Any]) -> frozenset[str]:
+        """The streams of the stack's blocks."""
+        return frozenset(block["stream"] for block in model.get("stack") or [])
 
     def __init__(self, cfg: PasConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__(cfg, src_vocab_size, tgt_vocab_size)

@@ -128,6 +128,12 @@ class Seq2SeqModel(nn.Module):
         return cls.reads_context
 
     @classmethod
+    def streams_read(cls, model: Mapping[str, Any]) -> frozenset[str]:
+        """The named streams (`context.streams`) a model built from the `model.*` settings `model`
+        reads; a stage's batches carry only these (`training/stages.stage_config`). Default: none."""
+        return frozenset()
+
+    @classmethod
     def optimizer_phases(cls, cfg: Any) -> list[OptimizerPhase]:
         """The optimizers that take turns (`OptimizerPhase`) for a model built from `cfg`; none: one
         optimizer over every trainable parameter."""

@@ -1,18 +1,19 @@
-"""`docmt pretrain FILE`: pretrain one encoder on the Bible's training books and write it as a
-BERT directory (`config/pretraining.py` for the settings and where it lands, `bert_files.py` for the
-files, docs/papers/donato2021.md readings D20-D23).
+"""`docmt pretrain FILE`: pretrain one encoder on the Bible's training books (or on a synthetic
+corpus' training documents) and write it as a BERT directory (`config/pretraining.py` for the
+settings and where it lands, `bert_files.py` for the files, docs/papers/donato2021.md readings
+D20-D23).
 
 The run: the training books' chapters of the language's versions (`data/pretraining_text.py`; valid
-and test books of no version), a seeded share held out; a WordPiece tokenizer learnt from the rest;
-`steps` updates of Adam (betas 0.9/0.999, weight decay 0.01 on matrices, BERT's) under a linear
-warm-up and linear decay to 0, on batches of `batch_rows` rows drawn from a permutation of each
-epoch's rows (`examples.py`, corruption drawn per epoch). Every `val_every_steps` the held-out rows
-(their corruption drawn once, seed 0) are scored, MLM accuracy or gap-sentence loss and token
-accuracy, and the state (model, optimizer, schedule, step, random state) is saved in the work
-directory, so an interrupted run resumes where it stopped with the batches, masks and dropout it
-would have drawn. The finished
-directory holds `pretraining.json` (settings, key, cost, the held-out scores at every validation)
-and is renamed into place last.
+and test books of no version) or the training documents of `corpus`, a seeded share held out; a
+WordPiece tokenizer learnt from the rest; `steps` updates of Adam (betas 0.9/0.999, weight decay
+0.01 on matrices, BERT's) under a linear warm-up and linear decay to 0, on batches of `batch_rows`
+rows drawn from a permutation of each epoch's rows (`examples.py`, corruption drawn per epoch).
+Every `val_every_steps` the held-out rows (their corruption drawn once, seed 0) are scored, MLM
+accuracy or gap-sentence loss and token accuracy, and the state (model, optimizer, schedule, step,
+random state) is saved in the work directory, so an interrupted run resumes where it stopped with
+the batches, masks and dropout it would have drawn. The finished directory holds
+`pretraining.json` (settings, key, cost, the held-out scores at every validation) and is renamed
+into place last.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from torch import Tensor
 
 from lightning_docmt.batch import pad
 from lightning_docmt.config.pretraining import DONE_FILE, PretrainConfig, output_dir, pretrain_key
-from lightning_docmt.data.pretraining_text import training_chapters
+from lightning_docmt.data.pretraining_text import pretraining_chapters
 from lightning_docmt.pretraining.bert_files import save_bert, save_tokenizer, train_wordpiece
 from lightning_docmt.pretraining.examples import (
     Specials,
@@ -122,9 +123,9 @@ def held_out_scores(objective: Objective, rows: list) -> dict[str, float]:
     return {f"{name}/loss": total / max(count, 1), f"{name}/accuracy": correct / max(count, 1), "tokens": count}
 
 
-def pretrain(cfg: PretrainConfig, chapters_of: Callable = training_chapters) -> Path:
+def pretrain(cfg: PretrainConfig, chapters_of: Callable = pretraining_chapters) -> Path:
     """Pretrain (or resume, or find finished) the encoder of `cfg`; returns its directory.
-    `chapters_of(lang, versions)` gives the text (tests hand in a small one)."""
+    `chapters_of(cfg)` gives the text (tests hand in a small one)."""
     final = output_dir(cfg)
     if (final / DONE_FILE).is_file():
         progress(f"already pretrained: {final}")
@@ -132,7 +133,7 @@ def pretrain(cfg: PretrainConfig, chapters_of: Callable = training_chapters) -> 
     work = final.parent / f"{final.name}.work"
     work.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    chapters = chapters_of(cfg.lang, cfg.versions)
+    chapters = chapters_of(cfg)
     train, held = held_out_split(chapters, cfg.held_out, cfg.seed)
     if not (work / "tokenizer.json").is_file():
         tokenizer = train_wordpiece((v for c in train for v in c.verses), cfg.vocab_size, cfg.lowercase)
@@ -157,7 +158,7 @@ def pretrain(cfg: PretrainConfig, chapters_of: Callable = training_chapters) -> 
         torch.set_rng_state(state["rng"])  # the dropout masks the uninterrupted run would draw
         progress(f"resuming at update {step} of {cfg.steps}")
     held_rows = objective.rows(held, HELD_OUT_SEED)
-    progress(f"{cfg.objective} on {cfg.lang}: {len(train)} chapters, {len(held)} held out, "
+    progress(f"{cfg.objective} on {cfg.corpus or cfg.lang}: {len(train)} chapters, {len(held)} held out, "
              f"{vocab_size} WordPiece ids, {sum(p.numel() for p in model.parameters()):,} parameters")
 
     def epoch_rows(epoch: int) -> tuple[list, np.ndarray]:

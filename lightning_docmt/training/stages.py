@@ -41,7 +41,11 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     run's shared sizes and drops the options its own config class does not have. A model that
     reads no context (`Seq2SeqModel.reads_context_with` its settings: a `transformer`, an RNN with
     `context: none`) gets the default (empty) context, so that its stage key, and hence its
-    checkpoint, is shared by every row that trains the same sentence-level model.
+    checkpoint, is shared by every row that trains the same sentence-level model. Of the named
+    streams (`context.streams`) it keeps those the stage's model reads (`streams_read`): a stream
+    read by no block would lengthen every batch's rows, hence shrink its token budget, and change
+    the stage's key, so that a Transformer stage or a stack of fewer blocks would not be shared
+    between rows that configure more streams.
     """
     stage = cfg.train.stages[name]
     container = OmegaConf.to_container(cfg, resolve=True)
@@ -64,6 +68,9 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
         {k: v for k, v in container["model"].items() if k in fields}, stage.model), resolve=True)
     if not entry.model_class.reads_context_with(container["model"]):
         container["context"] = dataclasses.asdict(ContextConfig())
+    read = entry.model_class.streams_read(container["model"])
+    container["context"]["streams"] = {n: s for n, s in (container["context"].get("streams") or {}).items()
+                                       if n in read}
     container["model"]["arch"] = arch
     scfg = OmegaConf.structured(RunConfig(model=config_class(arch=arch)))
     scfg.merge_with(container)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lightning_docmt.config.pretraining import load_pretrain_config
+from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.corpora.bible import TEST_BOOKS, VALID_BOOKS
 from lightning_docmt.data.corpora.bible_versions import versions_of
 from lightning_docmt.data.pretraining_text import (
     GAP_WINDOW,
     MASK_SENTENCE,
     Chapter,
+    corpus_chapters,
     gap_sentence_examples,
     mlm_masking,
     training_chapters,
@@ -88,3 +91,22 @@ def test_mlm_masking_predicts_fifteen_percent_of_the_ordinary_positions_eighty_t
     total = 200 * 30  # 6,000 draws: sd of a share ~0.005
     assert abs(masked / total - 0.8) < 0.02 and abs(replaced / total - 0.1) < 0.02, (masked, replaced, kept)
     assert mlm_masking([2, 3], rng, mask_id=mask_id, vocab_size=vocab, special_ids=specials) == ([2, 3], [-1, -1])
+
+
+def test_a_synthetic_corpus_gives_its_training_documents_one_side_as_chapters():
+    spec = "synthetic:tiny?docs=30&test_docs=5"
+    documents = read_corpus(spec).documents
+    train = [d for d in documents if d.split == "train"]
+    assert len(train) < len(documents)  # valid and test documents exist and stay out
+    for side in ("source", "target"):
+        chapters = corpus_chapters(spec, side)
+        assert [c.doc_id for c in chapters] == [d.doc_id for d in train]
+        assert [list(c.verses) for c in chapters] == [d.src if side == "source" else d.tgt for d in train]
+
+
+@pytest.mark.parametrize("setting", ["corpus: jsonl:x.jsonl", "side: both", "corpus: synthetic:tiny\nversions: [web]"])
+def test_pretraining_reads_only_a_synthetic_corpus_besides_the_bible(tmp_path, setting):
+    path = tmp_path / "p.yaml"
+    path.write_text(f"lang: en\n{setting}\n")
+    with pytest.raises(DocMTInputError, match="invalid value"):
+        load_pretrain_config(path)

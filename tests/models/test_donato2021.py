@@ -27,6 +27,7 @@ from lightning_docmt.models.pas import STACK_GLOBS, ParallelStackSeq2Seq
 from lightning_docmt.models.transformer import TransformerSeq2Seq
 from lightning_docmt.nn.frozen import frozen_parameter_names
 from lightning_docmt.nn.pretrained import pretrained_dir
+from lightning_docmt.training import stages
 from tests.helpers.cli_run import docmt, run_dir_of
 from tests.helpers.corpus_fixtures import english_documents, write_jsonl
 from tests.helpers.run_env import single_process_run_env
@@ -94,6 +95,24 @@ def test_the_config_reads_each_encoders_sizes_and_gives_its_streams_its_tokenize
     assert bert.layout.fingerprint and cfg.model.drop_branch_seed == 7
     assert {s.tokenizer for s in cfg.context.streams.values()} == {f"hf:{MINILM}"}
     assert cfg.vocab.src_pretrained is None  # the Transformer keeps its own vocabulary
+
+
+def test_a_stage_carries_only_the_streams_its_model_reads_and_is_shared_by_rows_that_configure_more():
+    """A stream no block reads would lengthen every row of a batch (a smaller token budget) and
+    change the stage's key: each stage keeps only its stack's streams, the Transformer none."""
+    stack = "train.stages.stack={arch: pas, init_from: sent, model: {stack: [{stream: bert_pc, encoder: bert}]}}"
+    cfg = compose("train.stages.sent={arch: transformer}", stack, "train.schedule=[sent,stack]")
+    sent, first = stages.stage_config(cfg, "sent"), stages.stage_config(cfg, "stack")
+    assert dict(sent.context.streams) == {} and list(first.context.streams) == ["bert_pc"]
+    assert list(cfg.context.streams) == ["bert_pc", "bert_cn"]  # the run's config keeps them all
+    fewer = config_lib.compose(None, [*MULTI_CONTEXT[:2], "model.stack=[{stream: bert_pc, encoder: bert}]",
+                                      "context.streams.bert_pc.prev=1", "train.stages.sent={arch: transformer}",
+                                      stack, "train.schedule=[sent,stack]"], profile="tiny")
+    assert stages.stage_key(first, "stack", "p") == stages.stage_key(stages.stage_config(fewer, "stack"), "stack", "p")
+    full = stages.stage_config(compose("train.stages.stack={arch: pas, init_from: sent}", "train.stages.sent={arch: transformer}",
+                                       "train.schedule=[sent,stack]"), "stack")
+    assert list(full.context.streams) == ["bert_pc", "bert_cn"]
+    assert stages.stage_key(full, "stack", "p") != stages.stage_key(first, "stack", "p")
 
 
 @pytest.mark.parametrize("override, key", [
