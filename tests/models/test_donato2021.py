@@ -109,8 +109,8 @@ def test_a_stage_carries_only_the_streams_its_model_reads_and_is_shared_by_rows_
                                       "context.streams.bert_pc.prev=1", "train.stages.sent={arch: transformer}",
                                       stack, "train.schedule=[sent,stack]"], profile="tiny")
     assert stages.stage_key(first, "stack", "p") == stages.stage_key(stages.stage_config(fewer, "stack"), "stack", "p")
-    full = stages.stage_config(compose("train.stages.stack={arch: pas, init_from: sent}", "train.stages.sent={arch: transformer}",
-                                       "train.schedule=[sent,stack]"), "stack")
+    full = stages.stage_config(compose("train.stages.stack={arch: pas, init_from: sent}",
+                                       "train.stages.sent={arch: transformer}", "train.schedule=[sent,stack]"), "stack")
     assert list(full.context.streams) == ["bert_pc", "bert_cn"]
     assert stages.stage_key(full, "stack", "p") != stages.stage_key(first, "stack", "p")
 
