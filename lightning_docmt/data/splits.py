@@ -7,7 +7,10 @@ given as `data.test=iwslt:...` is wholly the test split. `data.train_fraction` k
 the training documents (ablations over training-set size): the first ones in corpus order
 (`data.train_fraction_draw: first`), or a seeded random draw of them (`random`, seed
 `data.train_fraction_seed`), kept in corpus order. A random draw keeps the subset's mix of domains
-(books, genres) that of the whole split, so that a smaller-data row does not also change domain.
+(books, genres) that of the whole split, so that a smaller-data row does not also change domain;
+its draws are nested: with one seed, a smaller fraction's documents are among a larger one's (the
+first documents of one seeded order), so that the points of a data-size curve differ only in how
+much they read.
 `data.report_split: valid` makes the test split the valid split's documents: the test loop and its
 report then score valid, and no test document is read (a table reporting on valid,
 `evaluate: valid_report`).
@@ -44,9 +47,10 @@ class SplitSource:
         docs = [d for d in corpus.documents if d.split in wanted]
         if self.fraction < 1.0:
             keep = math.ceil(self.fraction * len(docs))
-            if self.draw == "random":
-                chosen = sorted(random.Random(self.draw_seed).sample(range(len(docs)), keep))
-                docs = [docs[i] for i in chosen]
+            if self.draw == "random":  # the first `keep` of one seeded order: nested across fractions
+                order = list(range(len(docs)))
+                random.Random(self.draw_seed).shuffle(order)
+                docs = [docs[i] for i in sorted(order[:keep])]
             else:
                 docs = docs[:keep]
         return docs
@@ -54,7 +58,7 @@ class SplitSource:
     def fingerprint(self) -> str:
         """Identifies the selected documents without reading the corpus."""
         rule = "override" if self.override else "labelled"
-        draw = "" if self.fraction == 1.0 or self.draw == "first" else f":random{self.draw_seed}"
+        draw = "" if self.fraction == 1.0 or self.draw == "first" else f":nested-random{self.draw_seed}"
         return f"{corpus_fingerprint(self.spec)}:{self.split}:{rule}:{self.fraction!r}{draw}"
 
 

@@ -52,6 +52,7 @@ from lightning_docmt.config.schema import inert_keys
 from lightning_docmt.distributed import is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
+from lightning_docmt.tables.curve import curve_points, write_curve_csv, write_curve_png
 from lightning_docmt.tables.report import (
     DONE,
     FAILED,
@@ -161,6 +162,11 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
                                     significance=marks),
                "csv": write_csv(table, summaries, out_dir / "table.csv", significance=marks),
                "png": write_bar_chart(table, summaries, out_dir / "table.png")}
+    if table.curve is not None:
+        finished = {s.row.name: [r.metrics for r in s.records if r.succeeded] for s in summaries}
+        points = curve_points(table.curve, finished)
+        outputs["curve_csv"] = write_curve_csv(points, out_dir / "curve.csv")
+        outputs["curve_png"] = write_curve_png(table.curve, points, table.title, out_dir / "curve.png")
     if any(planned.cfg.logging.wandb for planned in plan):
         log_table_to_wandb(table, summaries, outputs["png"], project=plan[0].cfg.logging.project,
                            out_dir=out_dir)

@@ -15,6 +15,8 @@
                                           # BLEU, chrF, CXMI, the random-context control,
                                           # significance) on the valid split, test never read;
                                           # its metrics are `valid/...` (data.report_split)
+    curve: {metric: ..., x: ..., series: ...}   # optional: a figure of a metric against an x
+                                          # each run reports (tables/curve.py)
     notes: free text                      # optional
     rows:
       - {name: none, overrides: [model.context_attn.encoder=false], paper: {test/bleu: 45.97}}
@@ -39,8 +41,9 @@ from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.contrastive_scoring import CORPUS_SUITE
 from lightning_docmt.tables import contrastive_columns
+from lightning_docmt.tables.curve import Curve, parse_curve
 
-TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "baseline", "evaluate", "notes")
+TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "baseline", "evaluate", "curve", "notes")
 EVALUATED_SPLITS = ("test", "valid", "valid_report")
 ROW_KEYS = ("name", "overrides", "paper", "notes")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # used as a folder name
@@ -67,6 +70,7 @@ class Table:
     notes: str
     baseline: str | None = None
     evaluate: str = "test"  # "valid": a selection table, scored on valid, test never decoded
+    curve: Curve | None = None
 
     @property
     def path(self) -> Path:
@@ -196,9 +200,10 @@ def load_table(path: str | Path) -> Table:
             raise fail(f"'evaluate: valid_report' reports on the valid split: metric '{not_valid[0]}' is "
                        f"not a valid/ metric (valid/bleu, valid/chrf, valid/cxmi, valid/random_ctx/...)",
                        "metrics")
+    curve = parse_curve(data["curve"], metrics, [r.name for r in rows], fail) if "curve" in data else None
     return Table(file=file, id=table_id, title=data["title"], metrics=tuple(metrics),
                  base=tuple(base), rows=rows, seeds=seeds, notes=notes, baseline=baseline,
-                 evaluate=evaluate)
+                 evaluate=evaluate, curve=curve)
 
 
 def compose_row(table: Table | str | Path, row_name: str, profile: str | None = None,

@@ -2,7 +2,8 @@
 
 `fit_run(cfg)` creates the run directory (with the resolved `config.yaml`), runs the stages listed in
 `train.schedule`, then tests the final model and writes `metrics.json`: the test loop's metrics, the
-final stage's training throughput and the test decoding speed (`speed.py`), and the accuracies on
+final stage's training throughput and the test decoding speed (`speed.py`), the sentence pairs
+the final stage trained on (`data/train_pairs`: a data-size curve's x), and the accuracies on
 the contrastive suites of `eval.contrastive` (`evaluation/contrastive_scoring.py`; read before any
 training, so that a bad entry fails first).
 
@@ -53,6 +54,7 @@ from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor
 from lightning_docmt.training.update_size import update_size
 
 STAGE_MARKER = "stage.json"  # {"key": stage key, start NLLs} in a stage's run directory: what may resume there
+TRAIN_PAIRS = "data/train_pairs"  # metrics.json: the sentence pairs of the last stage's training split
 RUN_DIR_VARIABLE = "DOCMT_RUN_DIR"  # rank zero's run directory, inherited by the ranks it launches
 
 
@@ -188,7 +190,8 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
                 "best": str(best), "stage": name, "seconds": round(time.time() - started, 1),
                 "best_score": _scalar(best_score),
                 "validation": validation_curve(stage_dir, monitor_metric(scfg)[0]),
-                "update": size.record(), "lr": lr_record.records, **start}
+                "update": size.record(), "lr": lr_record.records,
+                "train_pairs": len(datamodule.split("train").targets), **start}
         done.write_text(json.dumps(info, indent=1) + "\n")
     trainer.strategy.barrier()
     info = json.loads(done.read_text())  # every rank: what rank zero recorded
@@ -314,7 +317,10 @@ def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = Fa
     results = train_stages(cfg, run_dir, resume)
     final = results[cfg.train.schedule[-1]]
     scores = test_checkpoint(stage_config(cfg, final.name), final.checkpoint, run_dir, suites)
-    scores.update(first_damage(stage_records(results, cfg.train.schedule)))
+    records = stage_records(results, cfg.train.schedule)
+    scores.update(first_damage(records))
+    if "train_pairs" in records[-1]:  # stages trained before it was recorded lack it
+        scores[TRAIN_PAIRS] = records[-1]["train_pairs"]
     record = {"checkpoint": str(final.checkpoint),
               "stages": {n: {"key": r.key, "reused": r.reused, "global_step": r.global_step,
                              "checkpoint": str(r.checkpoint)} for n, r in results.items()}}

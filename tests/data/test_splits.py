@@ -30,6 +30,14 @@ def test_first_keeps_a_prefix_and_random_a_seeded_draw_in_corpus_order():
     assert drawn != kept(train_fraction=0.5, train_fraction_draw="random", train_fraction_seed=2)
 
 
+def test_random_draws_are_nested_so_a_curve_over_fractions_differs_only_in_size():
+    fractions = (0.125, 0.25, 0.5, 0.75, 1.0)
+    draws = [set(kept(train_fraction=f, train_fraction_draw="random")) for f in fractions]
+    assert [len(d) for d in draws] == [5, 10, 20, 30, 40]
+    assert all(small < large for small, large in zip(draws, draws[1:]))
+    assert not draws[1] <= set(kept(train_fraction=0.5, train_fraction_draw="random", train_fraction_seed=2))
+
+
 def test_the_draw_is_part_of_the_split_fingerprint():
     def fingerprint(**data) -> str:
         return split_sources(DataConfig(corpus="synthetic:tiny", **data))["train"].fingerprint()

@@ -84,6 +84,15 @@ def test_train_speed_is_the_logged_target_tokens_over_the_training_seconds(fitte
 
 
 @pytest.mark.fit
+def test_a_run_reports_the_sentence_pairs_its_last_stage_trained_on(fitted, root):
+    """`data/train_pairs`, the x of a data-size curve: every training sentence, or the fraction's."""
+    train_docs = [d for d in synthetic.generate(NAME).documents if d.split == "train"]
+    assert fitted["metrics"][train.TRAIN_PAIRS] == sum(len(d) for d in train_docs)
+    half = json.loads((train.fit_run(compose(root, "data.train_fraction=0.5")) / "metrics.json").read_text())
+    assert 0 < half[train.TRAIN_PAIRS] < fitted["metrics"][train.TRAIN_PAIRS]
+
+
+@pytest.mark.fit
 def test_a_reused_stage_reports_its_stored_speed_and_suites_do_not_change_its_key(fitted, root):
     run_dir = train.fit_run(compose(root))  # the same stage, without contrastive suites
     stages = json.loads((run_dir / "run.json").read_text())["stages"]
