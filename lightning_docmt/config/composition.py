@@ -50,9 +50,10 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from lightning_docmt.config.pretrained_files import ENCODER_KEY, encoder_settings
 from lightning_docmt.config.registry import find_arch, unknown_arch_message
-from lightning_docmt.config.schema import SCHEDULES, DataConfig, OptimConfig, RunConfig
+from lightning_docmt.config.schema import DataConfig, OptimConfig, RunConfig
 from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.schedules import SCHEDULES
 
 OPTIMIZERS = ("adam", "adagrad")  # train.optim.optimizer
 

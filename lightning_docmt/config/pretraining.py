@@ -34,7 +34,7 @@ from omegaconf.errors import OmegaConfBaseException
 from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.errors import DocMTInputError
 
-PRETRAIN_FORMAT = 1
+PRETRAIN_FORMAT = 2  # 2: the training stages' schedule (one update later to 0)
 OBJECTIVES = ("mlm", "gap_sentence")
 DONE_FILE = "pretraining.json"  # written last: a directory without it is not finished
 

@@ -12,9 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-SCHEDULES = ("inverse_sqrt", "linear_warmup_inverse_sqrt", "linear_warmup_linear_decay", "constant")
-"""The lr schedules `train.optim.schedule` may name (their formulas: `training/schedules.py`)."""
-
 
 @dataclass
 class VocabConfig:

@@ -42,6 +42,7 @@ from lightning_docmt.pretraining.examples import (
     tokenised,
 )
 from lightning_docmt.pretraining.models import GapSentenceModel, MaskedLanguageModel, new_encoder
+from lightning_docmt.schedules import lr_lambda
 
 RESUME_FILE = "resume.pt"
 HELD_OUT_SEED = 0  # the held-out rows' one corruption
@@ -87,12 +88,10 @@ class Objective:
 
 
 def learning_rate(cfg: PretrainConfig) -> Callable[[int], float]:
-    """Multiplier of `cfg.lr` at update `step` (0-based): linear warm-up, linear decay to 0 at `steps`."""
-    def factor(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        return max(0.0, (cfg.steps - step) / max(1, cfg.steps - cfg.warmup_steps))
-    return factor
+    """Multiplier of `cfg.lr` after `done` updates: the training stages' linear warm-up and linear
+    decay to 0 at `steps` (`lightning_docmt/schedules.py`)."""
+    return lr_lambda(schedule="linear_warmup_linear_decay", lr=1.0, warmup=cfg.warmup_steps, d_model=cfg.width,
+                     stage_steps=cfg.steps)
 
 
 def optimizer(model: torch.nn.Module, cfg: PretrainConfig) -> torch.optim.Optimizer:

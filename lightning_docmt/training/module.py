@@ -49,6 +49,7 @@ from lightning_docmt.nn.carried_state import CarriedState
 from lightning_docmt.nn.model_hooks import LossTerms
 from lightning_docmt.nn.output_loss import output_loss_of
 from lightning_docmt.nn.seq2seq import Seq2SeqModel
+from lightning_docmt.schedules import lr_lambda
 from lightning_docmt.training.evaluation_loop import EvaluationLoop
 from lightning_docmt.training.optimizer_phases import (
     PhaseCycle,
@@ -56,7 +57,6 @@ from lightning_docmt.training.optimizer_phases import (
     model_phases,
     phase_parameter_names,
 )
-from lightning_docmt.training.schedules import lr_lambda
 from lightning_docmt.training.speed import TRAIN_SPEED_KEY, Stopwatch
 
 PHASES_KEY = "docmt_optimizer_phases"  # checkpoint key of the PhaseCycle state

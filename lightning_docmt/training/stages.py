@@ -24,8 +24,8 @@ from lightning_docmt.config.schema import ContextConfig, RunConfig, inert_keys
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.provenance import code_fingerprint, resolved_device
+from lightning_docmt.schedules import CONTINUATION_FLOOR, NEEDS_TOTAL, continuation_summary
 from lightning_docmt.training.optimizer_phases import check_training_hooks
-from lightning_docmt.training.schedules import CONTINUATION_FLOOR, NEEDS_TOTAL, continuation_summary
 from lightning_docmt.training.trainer import resolve_precision, stage_steps
 from lightning_docmt.training.update_size import update_size
 

@@ -20,8 +20,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS, THETA_S_GLOBS
+from lightning_docmt.schedules import lr_at
 from lightning_docmt.training import stages
-from lightning_docmt.training.schedules import lr_at
 from tests.helpers.stage_fits import StepRecorder, fit_stage, tiny_config
 
 TWO_STEP = ["model.arch=zhang_doc", "context.prev_sentences=1",

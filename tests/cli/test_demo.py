@@ -8,9 +8,9 @@ import pytest
 
 from lightning_docmt.cli import demo
 from lightning_docmt.config.registry import import_all_archs
+from lightning_docmt.schedules import lr_lambda
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import compose_row, load_table
-from lightning_docmt.training.schedules import lr_lambda
 from lightning_docmt.training.stages import check_stages, stage_config
 from lightning_docmt.training.trainer import stage_steps
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lightning_docmt.nn.reference_loss import label_smoothed_nll
-from lightning_docmt.training.schedules import lr_at, lr_lambda
+from lightning_docmt.schedules import lr_at, lr_lambda
 
 
 def approx(x):

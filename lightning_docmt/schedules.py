@@ -1,4 +1,6 @@
-"""Learning-rate schedules of the seed papers (docs/design.md section 7).
+"""Learning-rate schedules of the seed papers (docs/design.md section 7): the training stages'
+(`training/module.py`) and the pretraining runs' (`pretraining/run.py`), one definition for both
+(a root module, importing nothing of the package's, so that every floor may read it).
 
 - `inverse_sqrt` (Vaswani et al. 2017, used by Zhang et al. 2018 Sec. 4.1 and Li & Feng):
   lr(t) = lr_scale * d_model^-0.5 * min(t^-0.5, t * warmup^-1.5)
@@ -28,8 +30,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from lightning_docmt.config.schema import SCHEDULES
-
+SCHEDULES = ("inverse_sqrt", "linear_warmup_inverse_sqrt", "linear_warmup_linear_decay", "constant")
+"""The schedules `train.optim.schedule` may name."""
 NEEDS_TOTAL = ("linear_warmup_linear_decay",)  # schedules that need the last update T
 CONTINUATION_FLOOR = 0.5  # the least first-update lr, as a share of the peak, at which a stage that
 # trains new parameters may continue a schedule that decays to 0 (it then averages a quarter of the peak)
