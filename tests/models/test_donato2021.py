@@ -264,3 +264,27 @@ def test_each_stage_trains_its_new_blocks_alone_and_leaves_what_came_before_bit_
              and state[n].is_floating_point() and not torch.equal(state[n], start[n])]
     assert moved  # the stack trained
     assert stack.window.streams[0].name == "bert_pc" and record["stages"]["stack"]["global_step"] == 3
+
+
+APPENDING_TABLES = [
+    ("t7_three_stage.yaml", {"multi_source", "three_stage", "multi_source_more", "three_stage_random"}),
+    ("t4_source_and_target.yaml", {"multi_context", "target_oracle", "target_own", "multi_context_more"})]
+
+
+@pytest.mark.parametrize("table, shared", APPENDING_TABLES)
+def test_rows_that_append_a_block_share_the_stages_before_it(table, shared, monkeypatch):
+    """T4 and T7 append a block to a stack trained once per seed: every row's `stack` stage has one
+    key (its streams are the stage's own, so a target stream's first pass does not split it)."""
+    from lightning_docmt.config.registry import import_all_archs
+    from lightning_docmt.tables.spec import compose_row, load_table
+    from tests.helpers.experiment_files import EXPERIMENTS
+
+    import_all_archs()
+    monkeypatch.setattr(stages, "pretrained_weights", lambda scfg: "weights")  # encoders not pretrained here
+    spec = load_table(EXPERIMENTS / "donato2021" / table)
+    keys = {}
+    for row in shared:
+        cfg = compose_row(spec, row, seed=1)
+        sent = stages.stage_key(stages.stage_config(cfg, "sent"), "sent", "")
+        keys[row] = (sent, stages.stage_key(stages.stage_config(cfg, "stack"), "stack", sent))
+    assert len(set(keys.values())) == 1, keys
