@@ -49,7 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         status = COMMANDS[args.command](args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
     except DocMTInputError as err:
         print(f"docmt {args.command}: error: {err}", file=sys.stderr)
         status = 2
+    except BrokenPipeError:  # the reader went away (`docmt stats ... | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again
+        status = 0
     return agree_on_exit_status(status)  # under DDP: rank zero fails when any rank does

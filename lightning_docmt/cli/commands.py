@@ -151,7 +151,7 @@ def table_command(args: argparse.Namespace) -> int:
     from lightning_docmt.tables.grid import run_grid
     from lightning_docmt.tables.spec import is_grid_file, load_table
 
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+    seeds = args.seeds  # parser.seed_list
     common = dict(rows=args.rows, seeds=seeds, profile=args.profile, cli_overrides=_overrides(args),
                   results_dir=Path(args.results), dry_run=args.dry_run)
     if is_grid_file(YamlFile.load(args.table)):
