@@ -20,7 +20,6 @@ left out of its line. Example: Donato et al. 2021's Figure 2 (experiments/donato
 from __future__ import annotations
 
 import csv
-import math
 import statistics
 import textwrap
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.tables.values import is_finite_number
 
 CURVE_KEYS = ("metric", "x", "x_label", "log_x", "baseline", "series", "marks")
 
@@ -48,11 +48,10 @@ class Curve:
     baseline: str | None = None
     marks: tuple[Mark, ...] = ()
 
-    @property
-    def rows(self) -> list[str]:
-        """Every row the curve draws, the baseline first."""
-        drawn = [self.baseline] if self.baseline else []
-        return drawn + [row for rows in self.series.values() for row in rows]
+    def labelled_rows(self) -> list[tuple[str, str]]:
+        """(series, row) of every row the curve draws, the baseline first (series "baseline")."""
+        drawn = [("baseline", self.baseline)] if self.baseline else []
+        return drawn + [(name, row) for name, rows in self.series.items() for row in rows]
 
 
 @dataclass(frozen=True)
@@ -99,7 +98,7 @@ def parse_curve(raw: Any, metrics: Sequence[str], rows: Sequence[str],
     marks = []
     for index, mark in enumerate(raw.get("marks") or []):
         if not (isinstance(mark, dict) and set(mark) == {"x", "label"} and isinstance(mark["label"], str)
-                and isinstance(mark["x"], (int, float)) and not isinstance(mark["x"], bool)):
+                and is_finite_number(mark["x"])):
             raise fail("a curve mark is {x: NUMBER, label: TEXT}", "curve", "marks", index)
         marks.append(Mark(float(mark["x"]), mark["label"]))
     return Curve(metric=raw["metric"], x=raw["x"], x_label=raw["x_label"],
@@ -110,11 +109,10 @@ def parse_curve(raw: Any, metrics: Sequence[str], rows: Sequence[str],
 def curve_points(curve: Curve, finished: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Point]:
     """The points of `curve` from the metrics of each row's finished runs (`finished[row]`); a run
     without the x key or the metric does not count, a row with no counted run has no point."""
-    labelled = ([("baseline", curve.baseline)] if curve.baseline else []) + [
-        (name, row) for name, rows in curve.series.items() for row in rows]
     points = []
-    for series, row in labelled:
-        runs = [m for m in finished.get(row, ()) if _number(m.get(curve.x)) and _number(m.get(curve.metric))]
+    for series, row in curve.labelled_rows():
+        runs = [m for m in finished.get(row, ())
+                if is_finite_number(m.get(curve.x)) and is_finite_number(m.get(curve.metric))]
         if not runs:
             continue
         ys = [float(m[curve.metric]) for m in runs]
@@ -173,7 +171,3 @@ def write_curve_png(curve: Curve, points: Sequence[Point], title: str, path: Pat
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return path
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

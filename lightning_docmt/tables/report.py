@@ -23,6 +23,7 @@ from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.provenance import ENV_PREFIX
 from lightning_docmt.tables import contrastive_columns
 from lightning_docmt.tables.spec import Table, TableRow
+from lightning_docmt.tables.values import is_finite_number
 
 log = logging.getLogger(__name__)
 
@@ -289,8 +290,7 @@ def _safely(what: str, call: Callable[[], Any]) -> tuple[bool, Any]:
 def _finished_values(records: Sequence[RunRecord], metric: str) -> tuple[float, ...]:
     """The finite numeric values of `metric` over the finished runs."""
     values = (contrastive_columns.column_value(r.metrics, metric) for r in records if r.succeeded)
-    return tuple(float(v) for v in values if isinstance(v, (int, float))
-                 and not isinstance(v, bool) and math.isfinite(v))
+    return tuple(float(v) for v in values if is_finite_number(v))
 
 
 def decimals(metric: str) -> int:

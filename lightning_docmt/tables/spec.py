@@ -28,7 +28,6 @@ its own `notes`. Errors name the file, the line and the row.
 from __future__ import annotations
 
 import difflib
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.contrastive_scoring import CORPUS_SUITE
 from lightning_docmt.tables import contrastive_columns
 from lightning_docmt.tables.curve import Curve, parse_curve
+from lightning_docmt.tables.values import is_finite_number
 
 TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "baseline", "evaluate", "curve", "notes")
 EVALUATED_SPLITS = ("test", "valid", "valid_report")
@@ -283,7 +283,7 @@ def _parse_row(raw: Any, index: int, metrics: list[str], file: YamlFile, fail) -
         if metric not in metrics:
             raise fail(f"{label}: paper number for '{metric}', which is not in the table's "
                        f"metrics{hint(metric, metrics)}", "rows", index, "paper", metric)
-        if value is not None and not (_is_number(value) and math.isfinite(value)):
+        if value is not None and not is_finite_number(value):
             raise fail(f"{label}: paper value of '{metric}' must be a number or null, got "
                        f"{value!r}", "rows", index, "paper", metric)
         paper[metric] = None if value is None else float(value)
@@ -302,10 +302,6 @@ def _string_list(value: Any) -> list[str] | None:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def hint(name: str, valid: Sequence[str]) -> str:
