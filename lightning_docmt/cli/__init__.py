@@ -16,6 +16,7 @@ from lightning_docmt.cli import commands, demo
 from lightning_docmt.cli.parser import build_parser
 from lightning_docmt.distributed import agree_on_exit_status
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.logs import set_verbose
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "stats": commands.stats_command,
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    set_verbose(args.verbose)
     try:
         status = COMMANDS[args.command](args)
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit

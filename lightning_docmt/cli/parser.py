@@ -35,6 +35,8 @@ def package_version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="docmt", description="document-level NMT experiments")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    parser.add_argument("--verbose", action="store_true", help="print everything the libraries print (model "
+                        "summaries, hardware banners, deprecations); default: the suite's own lines")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("stats", help="corpus statistics of a corpus spec")

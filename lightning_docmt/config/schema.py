@@ -245,6 +245,7 @@ class LoggingConfig:
     name: Optional[str] = None
     tags: list[str] = field(default_factory=list)
     runs_dir: str = "runs"
+    progress_every_steps: int = 100  # a progress line every N updates (0: none; callbacks/progress_line.py)
 
 
 @dataclass

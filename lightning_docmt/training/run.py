@@ -45,10 +45,12 @@ from lightning_docmt.evaluation.contrastive_scoring import configured_suites, su
 from lightning_docmt.inference.device import trainer_settings
 from lightning_docmt.inference.loaded_model import LoadedModel, load_checkpoint
 from lightning_docmt.inference.reference_context import check_no_reference_target, reads_reference_target
+from lightning_docmt.logs import is_verbose
 from lightning_docmt.provenance import environment_record, resolved_device
 from lightning_docmt.training.module import DocMTModule
-from lightning_docmt.training.speed import train_speed_metrics
+from lightning_docmt.training.speed import TRAIN_SPEED_KEY, rate, train_speed_metrics
 from lightning_docmt.training.stage_start import first_damage, initial_damage
+from lightning_docmt.training.stage_summary import stage_summary
 from lightning_docmt.training.stages import check_stages, resolved_settings, stage_config, stage_key
 from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric
 from lightning_docmt.training.update_size import update_size
@@ -134,7 +136,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         return StageResult(name, key, store / "final.ckpt", info["global_step"], info["schedule_step"], reused=True)
 
     start: dict[str, float] = {}
-    pl.seed_everything(scfg.train.seed, workers=True)
+    pl.seed_everything(scfg.train.seed, workers=True, verbose=is_verbose())
     datamodule = DocumentWindowDataModule(scfg.data, scfg.vocab, scfg.context, seed=scfg.train.seed)
     datamodule.prepare_data()
     datamodule.setup("fit")
@@ -193,6 +195,9 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
                 "update": size.record(), "lr": lr_record.records,
                 "train_pairs": len(datamodule.split("train").targets), **start}
         done.write_text(json.dumps(info, indent=1) + "\n")
+        speed = final.get(TRAIN_SPEED_KEY)
+        progress(stage_summary(info, monitor_metric(scfg)[0],
+                               rate(speed["target_tokens"], speed["seconds"]) if speed else None))
     trainer.strategy.barrier()
     info = json.loads(done.read_text())  # every rank: what rank zero recorded
     return StageResult(name, key, store / "final.ckpt", info["global_step"], info["schedule_step"], reused=False)

@@ -32,9 +32,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging
 from lightning_docmt.callbacks.lr_record import LearningRateRecord
+from lightning_docmt.callbacks.progress_line import ProgressLine
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.logs import apply_output_policy, is_verbose
 from lightning_docmt.training.optimizer_phases import model_phases
 from lightning_docmt.training.update_size import apply_update_size
 
@@ -115,6 +117,7 @@ def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_te
                   ) -> tuple[pl.Trainer, ModelCheckpoint]:
     """The Trainer of stage `stage_name` of `train.stages` (None: no stage, e.g. for testing)."""
     warnings.filterwarnings("ignore", message=MID_EPOCH_RESUME_WARNING)
+    apply_output_policy()
     stage = cfg.train.stages[stage_name] if stage_name is not None else None
     user: dict[str, Any] = OmegaConf.to_container(cfg.trainer, resolve=True)
     clash = sorted(set(user) & set(OWNED_KEYS))
@@ -127,7 +130,10 @@ def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_te
                                    save_top_k=1, save_last=True, filename="best")
     callbacks: list[pl.Callback] = [] if for_test else [checkpointer]
     train = cfg.train
-    kwargs: dict[str, Any] = dict(default_root_dir=str(out_dir),
+    # No progress bar (`ProgressLine` prints lines a log file keeps) and, unless `docmt --verbose`,
+    # no model summary; `trainer.*` may turn either back on.
+    kwargs: dict[str, Any] = dict(default_root_dir=str(out_dir), enable_progress_bar=False,
+                                  enable_model_summary=is_verbose(),
                                   precision=resolve_precision(train.precision, user.get("accelerator", "auto")),
                                   use_distributed_sampler=False)  # our batch samplers shard by rank
     if for_test:
@@ -150,7 +156,8 @@ def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_te
             callbacks.append(ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), filename=RESUME_NAME,
                                              every_n_train_steps=train.checkpoint_every_steps,
                                              save_top_k=1, enable_version_counter=False))
-        callbacks += [LearningRateMonitor(logging_interval="step"), LearningRateRecord()]
+        callbacks += [LearningRateMonitor(logging_interval="step"), LearningRateRecord(),
+                      ProgressLine(stage_name, cfg.logging.progress_every_steps)]
         if stage is not None:
             callbacks.append(StagedUnfreezing.from_stage(stage_name, stage))
         if train.average.checkpoints > 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from tests.helpers.paths import REPO
 from tests.helpers.run_env import LAUNCH_VARIABLES
 
 DOCMT = Path(sys.executable).parent / "docmt"
+PROGRESS_LINE = re.compile(r"\[docmt\] stage '(\w+)' (\d+/\d+) updates")
 STEPS, EVERY = 40, 8
 # Two stages (Zhang's two-step: a Transformer, then theta_d alone, frozen set restored on resume),
 # dropout on (random streams restored), checkpoint averaging over the last 2 validations.
@@ -77,12 +79,37 @@ def write_run_config(workdir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> tuple[dict[str, torch.Tensor], int, dict[str, float]]:
+def uninterrupted_fit(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """(run dir, the finished process) of the fit that is never killed, a progress line every 16
+    updates (logging.* does not change the stages' keys: the killed fit's stages are the same)."""
     workdir = tmp_path_factory.mktemp("resume") / "uninterrupted"
     config = write_run_config(workdir)
-    done = fit(workdir, str(config), "--profile", "tiny", f"data.cache_dir={workdir / 'cache'}")
-    run_dir = Path(done.stdout.strip().splitlines()[-1])
+    done = fit(workdir, str(config), "--profile", "tiny", f"data.cache_dir={workdir / 'cache'}",
+               "logging.progress_every_steps=16")
+    return Path(done.stdout.strip().splitlines()[-1]), done
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(uninterrupted_fit) -> tuple[dict[str, torch.Tensor], int, dict[str, float]]:
+    run_dir, _ = uninterrupted_fit
     return (*final_weights(run_dir), start_of_s2(run_dir))
+
+
+@pytest.mark.fit
+@pytest.mark.subprocess
+def test_a_fit_prints_progress_lines_and_a_summary_per_stage_and_no_library_chatter(uninterrupted_fit):
+    _, done = uninterrupted_fit
+    lines = done.stdout.splitlines()
+    counts = [m.group(1, 2) for m in map(PROGRESS_LINE.match, lines) if m]
+    # every 16 updates and after the last; s1 (6 updates) only after its last
+    assert counts == [("s1", "6/6"), ("s2", "16/40"), ("s2", "32/40"), ("s2", "40/40")]
+    first_of_s2 = next(line for line in lines if "16/40 updates" in line)
+    assert re.search(r"loss \d+\.\d{3} · lr \d\.\d\de-\d\d · [\d,]+ tok/s · \d+s · eta \d+s$", first_of_s2)
+    summaries = [line for line in lines if " done: " in line]
+    assert [line.split("'")[1] for line in summaries] == ["s1", "s2"]
+    assert re.search(r"stage 's2' done: 40 updates in .* · lr .* -> .*, summed \d+\.\d{3}", summaries[1])
+    for chatter in ("GPU available", "Seed set to", "LeafSpec", "exists and is not empty", "┃ Name"):
+        assert chatter not in done.stdout + done.stderr, chatter
 
 
 @pytest.mark.fit
