@@ -203,10 +203,11 @@ def translate_command(args: argparse.Namespace) -> int:
 
 def contrastive_command(args: argparse.Namespace) -> int:
     """Accuracy of a checkpoint on a suite file or a published suite by name, beside the suite's
-    chance and majority rates and the accuracy with every example reading another's context."""
+    chance and majority rates and the accuracy with every example reading another's context (and
+    per distance to the antecedent, and the merged repeated candidates, where there are any)."""
     from lightning_docmt.data.contrastive_suites import read_suite
     from lightning_docmt.data.languages import data_languages
-    from lightning_docmt.evaluation.contrastive_scoring import controlled_result
+    from lightning_docmt.evaluation.contrastive_scoring import controlled_result, report_lines
     from lightning_docmt.evaluation.named_suites import load_named_suite, named_suite
     from lightning_docmt.inference.device import inference_device
     from lightning_docmt.inference.loaded_model import load_checkpoint
@@ -221,11 +222,7 @@ def contrastive_command(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
     else:
-        print(f"accuracy {result['accuracy']:.4f} on {result['n']} examples (chance "
-              f"{result['chance']:.4f}, majority {result['majority']:.4f}; with another example's "
-              f"context {result['random_ctx_accuracy']:.4f})")
-        for name, part in sorted(result["by_phenomenon"].items()):
-            print(f"  {name:>16}: {part['accuracy']:.4f} ({part['n']})")
+        print("\n".join(report_lines(result)))
     return 0
 
 

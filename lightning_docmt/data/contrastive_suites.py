@@ -3,20 +3,33 @@
 One example per line:
 
     {"id": str|int, "src": str, "src_context": [str], "tgt_context": [str],
-     "candidates": [str, ...], "label": int, "phenomenon": str}
+     "candidates": [str, ...], "label": int, "phenomenon": str, "distance": int (optional)}
 
 `src` is the current source sentence; `src_context`/`tgt_context` the previous sentences of the
 document, oldest first, source and reference target aligned (equal lengths), or one side empty when
 a suite gives only the other (many public suites give source context only: a model reading the
 empty side reads empty sentences there); empty lists when there is no context; `candidates` the
-target sentences to score (at least two, all different), `candidates[label]` the correct one. A
+target sentences to score (at least two different ones), `candidates[label]` the correct one;
+`distance`, when a suite records it, the number of sentences back to the antecedent (0: in the same
+sentence; ContraPro's `ante distance`), which the scoring report breaks the accuracy down by. A
 model scores each candidate by its log-probability given the source and context.
+
+Repeated candidates (`merge_repeated_candidates`, applied before scoring): candidates that are the
+same string (exact equality: the scorer scores the text as given, so equal strings score equally)
+are merged into the first of them, and the label follows the correct text. A repeat of the correct
+candidate is thus merged into it, wherever it sits: a copy listed among the incorrect candidates is
+the correct translation, and is dropped rather than counted as a wrong one. The report counts the
+examples affected and the candidates dropped. An example left with fewer than two different
+candidates cannot be scored: an error naming its file and line.
 
 Converters from the published suites (files as distributed, see ../shared/data/contrastive):
 
 - ContraPro (Müller et al. 2018, en-de): `contrapro.{text,context}.{en,de}` and `sentence_groups.txt`
   (0-based start line of each example, reference first). Phenomenon `pronoun_er|sie|es`: the German
-  reference pronoun, found as the reference token that the contrastive variants replace.
+  reference pronoun, found as the reference token that the contrastive variants replace. When the
+  folder also holds the release's labelled file `contrapro.json`, each example's `distance` is its
+  `ante distance` (antecedents further back than 1 lie outside the one context sentence of the text
+  files); without it the examples carry no distance.
 - DiscEvalMT (Bawden et al. 2018, en-fr): `anaphora.json` and `lexical-choice.json`; the correct (or
   "semi-correct") translation first. Phenomena `anaphora`, `lexical_choice`.
 - SCAT (Yin et al. 2021, en-fr): `highlighted.SPLIT.{en,fr}` with the pronoun marked `<p>..</p>` and
@@ -42,6 +55,7 @@ from lightning_docmt.data.corpora.validate import iter_jsonl, normalize_space, o
 from lightning_docmt.errors import DocMTInputError
 
 FIELDS = ("id", "src", "src_context", "tgt_context", "candidates", "label", "phenomenon")
+OPTIONAL_FIELDS = ("distance",)
 
 
 @dataclass
@@ -56,6 +70,14 @@ def _is_str_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+def check_distance(value: Any, *, path: str | Path, key: str, line: int | None = None) -> None:
+    """Raise DocMTInputError naming file, line and key unless `value` is a distance to the
+    antecedent: a non-negative integer number of sentences."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise DocMTInputError(f"must be a non-negative integer (sentences back to the antecedent, 0 "
+                              f"= the same sentence), got {value!r}", path=path, line=line, key=key)
+
+
 def check_example(obj: Any, *, path: str | Path, line: int) -> None:
     """Raise DocMTInputError (naming file and line) unless `obj` is a valid generic example."""
 
@@ -64,10 +86,11 @@ def check_example(obj: Any, *, path: str | Path, line: int) -> None:
 
     if not isinstance(obj, dict):
         fail("expected a JSON object")
-    unknown = sorted(set(obj) - set(FIELDS))
+    unknown = sorted(set(obj) - set(FIELDS) - set(OPTIONAL_FIELDS))
     missing = [key for key in FIELDS if key not in obj]
     if unknown:
-        fail(f"unknown key(s) {', '.join(unknown)}; expected {', '.join(FIELDS)}")
+        fail(f"unknown key(s) {', '.join(unknown)}; expected {', '.join(FIELDS)} and optionally "
+             f"{', '.join(OPTIONAL_FIELDS)}")
     if missing:
         fail(f"missing key(s) {', '.join(missing)}")
     if isinstance(obj["id"], bool) or not isinstance(obj["id"], (str, int)):
@@ -83,13 +106,15 @@ def check_example(obj: Any, *, path: str | Path, line: int) -> None:
     candidates = obj["candidates"]
     if not _is_str_list(candidates) or len(candidates) < 2 or not all(c.strip() for c in candidates):
         fail("'candidates' must be a list of at least two non-empty strings")
-    if len(set(candidates)) != len(candidates):
-        fail("'candidates' must all be different")
+    if len(set(candidates)) < 2:
+        fail("'candidates' must hold at least two different strings (repeats are merged)")
     label = obj["label"]
     if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < len(candidates):
         fail(f"'label' must be an integer in 0..{len(candidates) - 1}")
     if not isinstance(obj["phenomenon"], str) or not obj["phenomenon"]:
         fail("'phenomenon' must be a non-empty string")
+    if "distance" in obj:
+        check_distance(obj["distance"], path=path, line=line, key="distance")
 
 
 def read_suite(path: str | Path) -> list[dict]:
@@ -121,8 +146,34 @@ def write_suite(examples: list[dict], path: str | Path) -> None:
     partial = path.with_name(path.name + ".partial")
     with open(partial, "w", encoding="utf-8") as f:
         for example in examples:
-            f.write(json.dumps({key: example[key] for key in FIELDS}, ensure_ascii=False) + "\n")
+            fields = [*FIELDS, *(key for key in OPTIONAL_FIELDS if key in example)]
+            f.write(json.dumps({key: example[key] for key in fields}, ensure_ascii=False) + "\n")
     os.replace(partial, path)
+
+
+@dataclass
+class MergedSuite:
+    """Examples whose repeated candidates are merged, and what the merging changed."""
+
+    examples: list[dict]
+    items: int = 0  # examples that had a repeated candidate
+    dropped: int = 0  # candidates removed as repeats
+
+
+def merge_repeated_candidates(examples: list[dict]) -> MergedSuite:
+    """The examples with every repeated candidate merged into its first occurrence (exact string
+    equality), the label following the correct text (the module docstring's rule)."""
+    merged = MergedSuite([])
+    for example in examples:
+        distinct = list(dict.fromkeys(example["candidates"]))
+        dropped = len(example["candidates"]) - len(distinct)
+        if dropped:
+            correct = example["candidates"][example["label"]]
+            example = {**example, "candidates": distinct, "label": distinct.index(correct)}
+            merged.items += 1
+            merged.dropped += dropped
+        merged.examples.append(example)
+    return merged
 
 
 # --- ContraPro ---------------------------------------------------------------------------------
@@ -148,12 +199,11 @@ def _contrapro_pronoun(reference: str, variants: list[str]) -> str:
     return replaced.pop() if len(replaced) == 1 else ""
 
 
-def convert_contrapro(directory: str | Path) -> ConvertedSuite:
-    """ContraPro en-de -> generic examples (one per sentence group)."""
-    d = Path(directory)
-    names = ("contrapro.text.en", "contrapro.text.de", "contrapro.context.en", "contrapro.context.de")
-    rows = [row for _, row in parallel_lines(*(d / n for n in names))]
-    groups_path = d / "sentence_groups.txt"
+CONTRAPRO_LABELS = "contrapro.json"  # the release's labelled examples, `ante distance` among them
+
+
+def _contrapro_group_starts(groups_path: Path, n_rows: int) -> list[int]:
+    """The 0-based start line of every sentence group, and `n_rows` last."""
     starts: list[int] = []
     for lineno, text in enumerate(open_text(groups_path), start=1):
         if not text.strip():
@@ -161,9 +211,44 @@ def convert_contrapro(directory: str | Path) -> ConvertedSuite:
         if not text.strip().isdigit() or (starts and int(text) <= starts[-1]):
             raise DocMTInputError("expected an increasing line number", path=groups_path, line=lineno)
         starts.append(int(text))
-    if len(starts) < 2 or starts[0] != 0 or starts[-1] != len(rows):
-        raise DocMTInputError(f"groups must start at 0 and end at {len(rows)} (the number of lines "
+    if len(starts) < 2 or starts[0] != 0 or starts[-1] != n_rows:
+        raise DocMTInputError(f"groups must start at 0 and end at {n_rows} (the number of lines "
                               "of the text files)", path=groups_path)
+    return starts
+
+
+def _contrapro_distances(path: Path, group_sizes: list[int]) -> list[int]:
+    """The `ante distance` of every example of ContraPro's `contrapro.json` (one object per example,
+    in the order of the text files, its contrastive variants under `errors`), checked against the
+    sentence groups: one object per group, with one variant fewer than its group has lines (the
+    alignment ContraPro's own evaluation script reads the scores by)."""
+    try:
+        labelled = [(entry["ante distance"], len(entry["errors"]))
+                    for entry in json.loads("\n".join(open_text(path)))]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise DocMTInputError(f"not ContraPro's labelled examples ({type(err).__name__}: {err})",
+                              path=path) from None
+    if len(labelled) != len(group_sizes):
+        raise DocMTInputError(f"{len(labelled)} examples, but sentence_groups.txt lists "
+                              f"{len(group_sizes)}", path=path)
+    for index, ((distance, variants), size) in enumerate(zip(labelled, group_sizes)):
+        if variants != size - 1:
+            raise DocMTInputError(f"{variants} contrastive variants, but its sentence group (example "
+                                  f"{index + 1}) has {size - 1}", path=path, key=f"[{index}].errors")
+        check_distance(distance, path=path, key=f"[{index}].ante distance")
+    return [distance for distance, _ in labelled]
+
+
+def convert_contrapro(directory: str | Path) -> ConvertedSuite:
+    """ContraPro en-de -> generic examples (one per sentence group), with their `distance` when the
+    folder holds `contrapro.json`."""
+    d = Path(directory)
+    names = ("contrapro.text.en", "contrapro.text.de", "contrapro.context.en", "contrapro.context.de")
+    rows = [row for _, row in parallel_lines(*(d / n for n in names))]
+    starts = _contrapro_group_starts(d / "sentence_groups.txt", len(rows))
+    sizes = [end - begin for begin, end in zip(starts, starts[1:])]
+    labels = d / CONTRAPRO_LABELS
+    distances = _contrapro_distances(labels, sizes) if labels.is_file() else None
     examples = []
     for k, (begin, end) in enumerate(zip(starts, starts[1:])):
         src, _, ctx_en, ctx_de = rows[begin]
@@ -183,10 +268,15 @@ def convert_contrapro(directory: str | Path) -> ConvertedSuite:
             "candidates": candidates, "label": 0,
             "phenomenon": f"pronoun_{pronoun}" if pronoun else "pronoun",
         })
+        if distances is not None:
+            examples[-1]["distance"] = distances[k]
     return ConvertedSuite(examples)
 
 
 # --- DiscEvalMT --------------------------------------------------------------------------------
+# No `distance`: the files record none. The anaphora blocks are written with the antecedent in the
+# previous sentence, but that is the design of the set, not a per-example measurement, and lexical
+# choice has no antecedent at all.
 
 DISCEVALMT_FILES = {"anaphora": "anaphora.json", "lexical_choice": "lexical-choice.json"}
 
@@ -226,6 +316,9 @@ def convert_discevalmt(directory: str | Path) -> ConvertedSuite:
 
 
 # --- SCAT --------------------------------------------------------------------------------------
+# No `distance`: SCAT marks the words of the context that people found supporting (`<hon>`), not an
+# antecedent, and its context line joins several sentences without their boundaries, so no number
+# of sentences back can be read from it.
 
 _SCAT_MARKED = re.compile(r"(?<![^\W\d_])<p>\s*(il|elle|ils|elles)\s*</p>(?![^\W\d_])", re.IGNORECASE)
 _SCAT_MARKUP = re.compile(r"<\s*/?\s*(?:p|h\s*o\s*n|h\s*o\s*f\s*f)\s*>", re.IGNORECASE)

@@ -18,7 +18,11 @@ one suite `contrastive/accuracy` and `contrastive/<phenomenon>`; with several, e
 prefixed with its name (the file's stem, or `corpus`): `contrastive/<name>/accuracy`,
 `contrastive/<name>/<phenomenon>`; each suite also gets `.../random_ctx/accuracy`, its accuracy
 when every example reads another example's context, and `.../chance` and `.../majority`, what a
-model that ignores the context and the sentence gets.
+model that ignores the context and the sentence gets. A suite whose examples record their distance
+to the antecedent also gets `.../distance/<d>` and `.../distance/<d>/n`, the accuracy and the number
+of examples at each distance (`accuracy_by_distance`); one with repeated candidates, merged before
+scoring (`data.contrastive_suites.merge_repeated_candidates`), gets `.../merged/items` and
+`.../merged/candidates_dropped`.
 A selection table (`evaluate: valid`) scores `corpus` on the valid split instead, after training,
 and names the metrics `val/contrastive/...` (`training/run.run_validation_metrics`).
 """
@@ -35,7 +39,7 @@ from omegaconf import DictConfig
 
 from lightning_docmt.data.cache import BinarizedSplit
 from lightning_docmt.data.context_anchors import RANDOM_CONTEXT_SEED
-from lightning_docmt.data.contrastive_suites import chance_rates, read_suite
+from lightning_docmt.data.contrastive_suites import chance_rates, merge_repeated_candidates, read_suite
 from lightning_docmt.data.corpora import corpus_suite
 from lightning_docmt.data.languages import data_languages
 from lightning_docmt.data.splits import split_sources
@@ -109,10 +113,37 @@ def last_sentence_log_probs(model: LoadedModel, split: BinarizedSplit, last: np.
 
 
 def evaluate_suite(model: LoadedModel, examples: Sequence[dict]) -> dict[str, Any]:
-    """`{"accuracy", "n", "by_phenomenon"}` of a loaded model on a contrastive suite."""
+    """`{"accuracy", "n", "by_phenomenon", "by_distance"}` of a loaded model on a contrastive suite
+    whose candidates are all different (`controlled_result` merges repeats first)."""
     scores = score_suite(model, examples)
-    return metrics.contrastive_accuracy(scores, [ex["label"] for ex in examples],
-                                        [ex.get("phenomenon", "all") for ex in examples])
+    labels = [ex["label"] for ex in examples]
+    result = metrics.contrastive_accuracy(scores, labels, [ex.get("phenomenon", "all") for ex in examples])
+    result["by_distance"] = accuracy_by_distance(scores, labels, examples)
+    return result
+
+
+NO_DISTANCE = "none"  # the bucket of the examples that record no distance
+
+
+def distance_bucket(example: dict) -> str:
+    """The example's distance to its antecedent as text, or `none` when it records none."""
+    return str(example["distance"]) if "distance" in example else NO_DISTANCE
+
+
+def accuracy_by_distance(scores: Sequence[Sequence[float]], labels: Sequence[int],
+                         examples: Sequence[dict]) -> dict[str, dict[str, Any]]:
+    """`{bucket: {"accuracy", "n"}}` by `distance_bucket`, nearest first and `none` (the examples
+    without a distance, counted apart from every distance) last; empty when no example records a
+    distance."""
+    if not any("distance" in ex for ex in examples):
+        return {}
+    parts = metrics.contrastive_accuracy(scores, labels, [distance_bucket(ex) for ex in examples])["by_phenomenon"]
+    return {bucket: parts[bucket] for bucket in sorted(parts, key=_nearest_first)}
+
+
+def _nearest_first(bucket: str) -> tuple[bool, int]:
+    """Sort key of the distance buckets: by distance, `none` last."""
+    return bucket == NO_DISTANCE, 0 if bucket == NO_DISTANCE else int(bucket)
 
 
 CORPUS_SUITE = "corpus"  # the `eval.contrastive` entry naming the test corpus' own suite
@@ -176,26 +207,64 @@ def with_random_contexts(examples: Sequence[dict], seed: int = RANDOM_CONTEXT_SE
 
 
 def suite_metrics(model: LoadedModel, suites: dict[str, list[dict]]) -> dict[str, float]:
-    """Accuracy overall and per phenomenon of every suite, under the names of the module docstring;
-    `random_ctx/accuracy`: the accuracy with every example's context exchanged for another
-    example's (`with_random_contexts`), the contrastive side of the random-context control; and the
-    suite's `chance` and `majority` rates (`data.contrastive_suites.chance_rates`), to read beside them."""
+    """The metrics of every suite (`result_metrics`), under the names of the module docstring."""
     scores: dict[str, float] = {}
     for name, examples in suites.items():
         prefix = "contrastive/" if len(suites) == 1 else f"contrastive/{name}/"
-        result = controlled_result(model, examples)
-        scores[f"{prefix}accuracy"] = result["accuracy"]
-        scores.update({f"{prefix}{phenomenon}": part["accuracy"]
-                       for phenomenon, part in result["by_phenomenon"].items()})
-        scores[f"{prefix}random_ctx/accuracy"] = result["random_ctx_accuracy"]
-        scores.update({f"{prefix}{k}": result[k] for k in ("chance", "majority")})
+        scores.update({f"{prefix}{key}": value
+                       for key, value in result_metrics(controlled_result(model, examples)).items()})
     return scores
 
 
+def result_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """One suite's `controlled_result` as metrics named without the suite: `accuracy` and one per
+    phenomenon; `random_ctx/accuracy`, the accuracy with every example's context exchanged for
+    another example's (`with_random_contexts`), the contrastive side of the random-context control;
+    the suite's `chance` and `majority` rates (`data.contrastive_suites.chance_rates`), to read
+    beside them; `distance/<d>` and `distance/<d>/n` when its examples record distances; and
+    `merged/items`, `merged/candidates_dropped` when repeated candidates were merged."""
+    values = {"accuracy": result["accuracy"],
+              **{phenomenon: part["accuracy"] for phenomenon, part in result["by_phenomenon"].items()},
+              "random_ctx/accuracy": result["random_ctx_accuracy"],
+              "chance": result["chance"], "majority": result["majority"]}
+    for bucket, part in result["by_distance"].items():
+        values.update({f"distance/{bucket}": part["accuracy"], f"distance/{bucket}/n": part["n"]})
+    if result["merged"]["items"]:
+        values.update({f"merged/{key}": count for key, count in result["merged"].items()})
+    return values
+
+
 def controlled_result(model: LoadedModel, examples: Sequence[dict]) -> dict[str, Any]:
-    """`evaluate_suite`'s result with its controls: `random_ctx_accuracy` (every example reading
-    another example's context) and the suite's `chance` and `majority` rates."""
-    result = evaluate_suite(model, examples)
-    result["random_ctx_accuracy"] = evaluate_suite(model, with_random_contexts(examples))["accuracy"]
-    result.update(chance_rates(list(examples)))
+    """`evaluate_suite`'s result, on the examples with their repeated candidates merged
+    (`data.contrastive_suites.merge_repeated_candidates`), with its controls: `random_ctx_accuracy`
+    (every example reading another example's context) and the suite's `chance` and `majority`
+    rates; and `merged`: `{"items", "candidates_dropped"}`, the examples that had repeated
+    candidates and the candidates dropped."""
+    merged = merge_repeated_candidates(list(examples))
+    result = evaluate_suite(model, merged.examples)
+    result["random_ctx_accuracy"] = evaluate_suite(model, with_random_contexts(merged.examples))["accuracy"]
+    result.update(chance_rates(merged.examples))
+    result["merged"] = {"items": merged.items, "candidates_dropped": merged.dropped}
     return result
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    """`controlled_result` as text: the accuracy beside its controls, then per phenomenon, per
+    distance to the antecedent (when the suite records distances) and the merged repeats (when
+    there were any)."""
+    lines = [f"accuracy {result['accuracy']:.4f} on {result['n']} examples (chance "
+             f"{result['chance']:.4f}, majority {result['majority']:.4f}; with another example's "
+             f"context {result['random_ctx_accuracy']:.4f})"]
+    lines += [_part_line(name, part) for name, part in sorted(result["by_phenomenon"].items())]
+    if result["by_distance"]:
+        lines.append("  by distance to the antecedent (sentences back; none: not recorded):")
+        lines += [_part_line(bucket, part) for bucket, part in result["by_distance"].items()]
+    if result["merged"]["items"]:
+        lines.append(f"  repeated candidates merged: examples affected {result['merged']['items']}, "
+                     f"candidates dropped {result['merged']['candidates_dropped']}")
+    return lines
+
+
+def _part_line(name: str, part: dict[str, Any]) -> str:
+    """One part of a suite (a phenomenon, a distance): its accuracy and, in brackets, its examples."""
+    return f"  {name:>16}: {part['accuracy']:.4f} ({part['n']})"

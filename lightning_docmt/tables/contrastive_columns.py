@@ -4,7 +4,8 @@
 `discevalmt`, `scat`, read from `eval.suites_dir`), `corpus`, or a suite file. Every row of the
 table gets the suite added to its `eval.contrastive` (`with_suites`), and the column shows the
 run's `<key>` for that suite (default `accuracy`; also `random_ctx/accuracy`, a phenomenon such as
-`pronoun_il`, `chance`, `majority`). The table's footnote gives each suite's chance and majority
+`pronoun_il`, `chance`, `majority`, and for a suite that records distances to the antecedent
+`distance/<d>` or `distance/<d>/n`). The table's footnote gives each suite's chance and majority
 rates (`footnote`), so that no accuracy is printed without them. In a selection table (`evaluate:
 valid`) only `corpus` may be a column, and it is the corpus' valid-split suite.
 """

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from lightning_docmt.data.contrastive_suites import (
+    CONTRAPRO_LABELS,
     FIELDS,
     context_free_ceiling,
     convert_contrapro,
     convert_discevalmt,
     convert_scat,
+    merge_repeated_candidates,
     read_suite,
     strip_scat_markup,
     write_suite,
@@ -47,6 +49,15 @@ def test_round_trip(tmp_path):
     assert [list(json.loads(line)) for line in path.read_text().splitlines()] == [list(FIELDS)] * 2
 
 
+def test_round_trip_keeps_the_distance_to_the_antecedent(tmp_path):
+    near, far = EXAMPLE | {"distance": 0}, EXAMPLE | {"id": "x2", "distance": 3}
+    path = tmp_path / "suite.jsonl"
+    write_suite([near, far, EXAMPLE | {"id": "x3"}], path)
+    assert read_suite(path) == [near, far, EXAMPLE | {"id": "x3"}]
+    assert [list(json.loads(line)) for line in path.read_text().splitlines()] == [
+        [*FIELDS, "distance"], [*FIELDS, "distance"], list(FIELDS)]
+
+
 def test_a_suite_may_give_the_context_of_one_side_only(tmp_path):
     source_only = EXAMPLE | {"id": "s", "tgt_context": []}
     target_only = EXAMPLE | {"id": "t", "src_context": []}
@@ -62,7 +73,7 @@ def test_a_suite_may_give_the_context_of_one_side_only(tmp_path):
     ({"label": True}, "'label' must be an integer"),
     ({"label": "0"}, "'label' must be an integer"),
     ({"candidates": ["only one"]}, "at least two"),
-    ({"candidates": ["same", "same"]}, "all be different"),
+    ({"candidates": ["same", "same"]}, "at least two different strings"),
     ({"candidates": ["a", ""]}, "non-empty strings"),
     ({"src": ""}, "'src' must be a non-empty string"),
     ({"src_context": "I saw the car."}, "lists of strings"),
@@ -70,6 +81,11 @@ def test_a_suite_may_give_the_context_of_one_side_only(tmp_path):
     ({"phenomenon": ""}, "'phenomenon'"),
     ({"id": None}, "'id' must be a string or an integer"),
     ({"extra": 1}, "unknown key"),
+    ({"distance": -1}, "key 'distance': must be a non-negative integer .* got -1$"),
+    ({"distance": 1.0}, "key 'distance': must be a non-negative integer .* got 1.0$"),
+    ({"distance": "1"}, "key 'distance': must be a non-negative integer .* got '1'$"),
+    ({"distance": None}, "key 'distance': must be a non-negative integer .* got None$"),
+    ({"distance": False}, "key 'distance': must be a non-negative integer .* got False$"),
 ])
 def test_invalid_example_names_file_and_line(tmp_path, change, match):
     path = _write_lines(tmp_path / "bad.jsonl", EXAMPLE, EXAMPLE | {"id": "x2"} | change)
@@ -99,6 +115,32 @@ def test_empty_and_missing_files(tmp_path):
         read_suite(tmp_path / "absent.jsonl")
 
 
+def test_repeated_candidates_are_read_then_merged_with_the_label_on_the_correct_text(tmp_path):
+    repeated_correct = EXAMPLE | {"id": "r1", "candidates": ["Il.", "Elle.", "Il."], "label": 2}
+    copy_among_incorrect = EXAMPLE | {"id": "r2", "candidates": ["Il.", "Elle.", "On.", "Il.", "On."]}
+    repeated_incorrect = EXAMPLE | {"id": "r3", "candidates": ["Elle.", "Il.", "Il."], "label": 0}
+    path = _write_lines(tmp_path / "repeats.jsonl", EXAMPLE, repeated_correct, copy_among_incorrect,
+                        repeated_incorrect)
+    examples = read_suite(path)
+    assert examples[1:] == [repeated_correct, copy_among_incorrect, repeated_incorrect]  # as written
+    merged = merge_repeated_candidates(examples)
+    assert merged.examples == [
+        EXAMPLE,
+        repeated_correct | {"candidates": ["Il.", "Elle."], "label": 0},
+        copy_among_incorrect | {"candidates": ["Il.", "Elle.", "On."], "label": 0},
+        repeated_incorrect | {"candidates": ["Elle.", "Il."], "label": 0},
+    ]
+    assert (merged.items, merged.dropped) == (3, 4)
+
+
+def test_an_example_of_one_repeated_candidate_cannot_be_scored(tmp_path):
+    path = _write_lines(tmp_path / "one.jsonl", EXAMPLE,
+                        EXAMPLE | {"id": "x2", "candidates": ["Il.", "Il.", "Il."]})
+    with pytest.raises(DocMTInputError, match="at least two different strings") as err:
+        read_suite(path)
+    assert str(err.value).startswith(f"{path}:2: ")
+
+
 def test_write_refuses_invalid_examples_and_writes_nothing(tmp_path):
     path = tmp_path / "out.jsonl"
     with pytest.raises(DocMTInputError, match=f"{path}:2: 'label'"):
@@ -123,6 +165,7 @@ def test_contrapro_counts(contrapro):
     assert Counter(e["phenomenon"] for e in examples) == {
         "pronoun_es": 4000, "pronoun_er": 4000, "pronoun_sie": 4000}
     assert sum(not e["src_context"] for e in examples) == 6  # the context line is empty
+    assert not any("distance" in e for e in examples)  # the folder holds no contrapro.json
 
 
 def test_contrapro_first_example_by_hand(contrapro):
@@ -145,6 +188,55 @@ def test_contrapro_groups_must_cover_the_text_files(tmp_path):
     _write_lines(groups, "0", "2", "1")
     with pytest.raises(DocMTInputError, match=f"{groups}:3: expected an increasing"):
         convert_contrapro(tmp_path)
+
+
+CONTRAPRO_TEXTS = ("contrapro.text.en", "contrapro.text.de", "contrapro.context.en", "contrapro.context.de")
+
+
+def _first_contrapro_groups(folder: Path, groups: int) -> list[int]:
+    """The first `groups` examples of ContraPro's text files, written to `folder`; their sizes."""
+    starts = [int(n) for n in (CONTRAPRO / "sentence_groups.txt").read_text().split()][:groups + 1]
+    for name in CONTRAPRO_TEXTS:
+        lines = (CONTRAPRO / name).read_text(encoding="utf-8").split("\n")[:starts[-1]]
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _write_lines(folder / "sentence_groups.txt", *map(str, starts))
+    return [end - begin for begin, end in zip(starts, starts[1:])]
+
+
+def _write_contrapro_labels(folder: Path, distances: list, sizes: list[int]) -> Path:
+    """A `contrapro.json` as the release has it (the fields the converter reads)."""
+    entries = [{"ante distance": d, "ref pronoun": "es", "errors": [{"contrastive": "x"}] * (n - 1)}
+               for d, n in zip(distances, sizes)]
+    path = folder / CONTRAPRO_LABELS
+    path.write_text(json.dumps(entries), encoding="utf-8")
+    return path
+
+
+def test_contrapro_distances_come_from_ante_distance(tmp_path):
+    sizes = _first_contrapro_groups(tmp_path, 6)
+    assert 4 in sizes  # groups of different sizes: the labels must follow the groups, not the lines
+    without = convert_contrapro(tmp_path).examples
+    assert not any("distance" in e for e in without)
+    distances = [1, 0, 2, 1, 0, 5]
+    _write_contrapro_labels(tmp_path, distances, sizes)
+    examples = convert_contrapro(tmp_path).examples
+    assert [e.get("distance") for e in examples] == distances
+    assert [{k: v for k, v in e.items() if k != "distance"} for e in examples] == without
+
+
+@pytest.mark.parametrize("labels, match", [
+    (lambda sizes: ([1] * 5, sizes[:5]), "5 examples, but sentence_groups.txt lists 6"),
+    (lambda sizes: ([1] * 6, [*sizes[:4], sizes[4] - 1, sizes[5]]),
+     r"key '\[4\].errors': 2 contrastive variants, but its sentence group \(example 5\) has 3"),
+    (lambda sizes: ([1, 0, -2, 1, 0, 1], sizes), r"key '\[2\].ante distance': must be a non-negative"),
+    (lambda sizes: ([1, 0, None, 1, 0, 1], sizes), r"key '\[2\].ante distance': .* got None"),
+])
+def test_contrapro_labels_must_match_the_groups(tmp_path, labels, match):
+    sizes = _first_contrapro_groups(tmp_path, 6)
+    path = _write_contrapro_labels(tmp_path, *labels(sizes))
+    with pytest.raises(DocMTInputError, match=match) as err:
+        convert_contrapro(tmp_path)
+    assert str(err.value).startswith(f"{path}: ")
 
 
 # --- DiscEvalMT ----------------------------------------------------------------------------------
