@@ -17,7 +17,8 @@ Merge order, later layers win:
 The schema is a structured config: an unknown key or a wrong type fails while merging, and the
 DocMTInputError names the key path, the file and line or the override it came from, and the closest
 valid names. `trainer` (kwargs of `lightning.pytorch.Trainer`) and each stage's `data` and `optim` are free
-mappings; stage `data` and `optim` keys are checked against `DataConfig` and `OptimConfig` after merging.
+mappings; after merging, stage `data` and `optim` keys are checked against `DataConfig` and `OptimConfig`,
+and `trainer` keys against the Trainer's arguments (`trainer_arguments.py`).
 
 A pretrained encoder (`model.pretrained_encoder`, `config/pretrained_files.py`) is resolved last: its
 checkpoint must be found offline (else one error naming the key), its sizes replace `d_model`,
@@ -51,6 +52,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 from lightning_docmt.config.pretrained_files import ENCODER_KEY, encoder_settings
 from lightning_docmt.config.registry import find_arch, unknown_arch_message
 from lightning_docmt.config.schema import DataConfig, OptimConfig, RunConfig
+from lightning_docmt.config.trainer_arguments import trainer_arguments
 from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.schedules import SCHEDULES
@@ -154,9 +156,7 @@ def compose_layers(user_layers: Sequence[Layer], *, profile: str | None = None,
 
     entry = find_arch(arch)
     if entry is None:
-        setter = _last_set(layers, "model.arch")
-        message = unknown_arch_message(arch)
-        raise setter[1].error(message, "model.arch") if setter else DocMTInputError(message)
+        raise _error_at(layers, "model.arch", unknown_arch_message(arch))
     cfg = OmegaConf.structured(RunConfig(model=entry.config_class(arch=arch)))
     for layer in layers:
         try:
@@ -168,6 +168,7 @@ def compose_layers(user_layers: Sequence[Layer], *, profile: str | None = None,
     _apply_pretrained_encoder(cfg, layers)
     _apply_context_encoders(cfg, layers)
     _validate(cfg)
+    _check_trainer_keys(cfg, layers)
     return cfg
 
 
@@ -237,6 +238,13 @@ def _last_set(layers: Sequence[Layer], dotted: str) -> tuple[Any, Layer] | None:
         if node is not _UNSET:
             found = (node, layer)
     return found
+
+
+def _error_at(layers: Sequence[Layer], dotted: str, message: str) -> DocMTInputError:
+    """The error of key `dotted`, located at the last layer that sets it (its file and line, or its
+    override), or at the key alone when no layer sets it."""
+    found = _last_set(layers, dotted)
+    return found[1].error(message, dotted) if found else DocMTInputError(message, key=dotted)
 
 
 def _arch_of(layers: Sequence[Layer]) -> str:
@@ -324,10 +332,8 @@ def _apply_pretrained_encoder(cfg: DictConfig, layers: Sequence[Layer]) -> None:
     cfg.model.merge_with(_encoder_settings(layers, name, ENCODER_KEY))
     source = cfg.vocab.src_pretrained
     if source is not None and source != name:
-        found = _last_set(layers, "vocab.src_pretrained")
-        message = f"names '{source}', but model.pretrained_encoder is '{name}': the source vocabulary is the encoder's"
-        raise found[1].error(message, "vocab.src_pretrained") if found else DocMTInputError(
-            message, key="vocab.src_pretrained")
+        raise _error_at(layers, "vocab.src_pretrained", f"names '{source}', but model.pretrained_encoder is "
+                        f"'{name}': the source vocabulary is the encoder's")
     cfg.vocab.src_pretrained = name
     for dotted in ("vocab.joint", "model.share_embeddings"):
         found = _last_set(layers, dotted)
@@ -406,6 +412,17 @@ def _validate(cfg: DictConfig) -> None:
                                   f"train.stages.{name}.optim.lr", key=f"train.stages.{name}.optim.lr")
         if stage.arch is not None and find_arch(stage.arch) is None:
             raise DocMTInputError(unknown_arch_message(stage.arch), key=f"train.stages.{name}.arch")
+
+
+def _check_trainer_keys(cfg: DictConfig, layers: Sequence[Layer]) -> None:
+    """Every `trainer.*` key is an argument of `lightning.pytorch.Trainer` (`trainer_arguments`), so
+    that a misspelt one fails here, before anything trains, rather than when the Trainer is built."""
+    known = sorted(trainer_arguments())
+    for key in cfg.trainer:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "see lightning.pytorch.Trainer's arguments"
+            raise _error_at(layers, f"trainer.{key}", f"not an argument of lightning.pytorch.Trainer; {hint}")
 
 
 def _check_optimizer(name: Any, key: str) -> None:
