@@ -44,7 +44,7 @@ import os
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
@@ -169,6 +169,7 @@ def compose_layers(user_layers: Sequence[Layer], *, profile: str | None = None,
     _apply_context_encoders(cfg, layers)
     _validate(cfg)
     _check_trainer_keys(cfg, layers)
+    _apply_step_cap(cfg)
     return cfg
 
 
@@ -423,6 +424,34 @@ def _check_trainer_keys(cfg: DictConfig, layers: Sequence[Layer]) -> None:
             close = difflib.get_close_matches(str(key), known, n=1)
             hint = f"did you mean '{close[0]}'?" if close else "see lightning.pytorch.Trainer's arguments"
             raise _error_at(layers, f"trainer.{key}", f"not an argument of lightning.pytorch.Trainer; {hint}")
+
+
+def _apply_step_cap(cfg: DictConfig) -> None:
+    """Bound every step count of the run by `train.step_cap` (schema.TrainConfig), whichever layer set it."""
+    cap = cfg.train.step_cap
+    if cap is None:
+        return
+    if cap < 1:
+        raise DocMTInputError(f"must be a positive number of steps or null, got {cap}", key="train.step_cap")
+    if not 0 < cfg.train.max_steps <= cap:  # <= 0: no step limit, which is above any cap
+        cfg.train.max_steps = cap
+    for node, key in _step_counts(cfg):
+        value = node.get(key)
+        if isinstance(value, int) and value > cap:
+            node[key] = cap
+
+
+def _step_counts(cfg: DictConfig) -> Iterator[tuple[DictConfig, str]]:
+    """(node, key) of every step count besides train.max_steps: the validation interval and warm-up of
+    the run and of each stage, each stage's max_steps (<= 0: train.max_steps) and unfreezing milestones."""
+    yield cfg.train, "val_every_steps"
+    yield cfg.train.optim, "warmup_steps"
+    for stage in cfg.train.stages.values():
+        yield stage, "max_steps"
+        yield stage, "val_every_steps"
+        yield stage.optim, "warmup_steps"
+        for milestone in stage.unfreeze:
+            yield milestone, "at_step"
 
 
 def _check_optimizer(name: Any, key: str) -> None:

@@ -204,6 +204,11 @@ class TrainConfig:
     max_epochs: Optional[int] = None
     max_time_minutes: Optional[float] = None
     val_every_steps: Optional[int] = None
+    # An upper bound on every step count of the run, applied after every layer (the `tiny` profile's:
+    # a table's own stage lengths cannot make a test run long): train.max_steps (a run without a step
+    # limit gets the cap), each stage's max_steps, the validation intervals, the warm-ups and the
+    # unfreezing milestones (config/composition.py). null: no cap.
+    step_cap: Optional[int] = None
     checkpoint_every_steps: int = 500  # a resumable `resume.ckpt` every N steps (0: only at validation)
     early_stop_patience: int = 0  # 0: off
     accumulate: int = 1  # batches per update; derived instead when tokens_per_update is set

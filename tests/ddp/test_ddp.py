@@ -81,7 +81,7 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> DDPRun:
     record_dir = tmp / "records"
     command = [sys.executable, str(SCRIPT), str(record_dir), "fit", str(config), "--profile", "tiny",
                f"trainer.devices={WORLD}", "trainer.strategy=ddp", "trainer.accelerator=cpu",
-               "train.max_steps=-1", "train.max_epochs=2", f"train.val_every_steps={VAL_EVERY}",
+               "train.max_steps=-1", "train.step_cap=null", "train.max_epochs=2", f"train.val_every_steps={VAL_EVERY}",
                "data.max_tokens=6000", TUNE_STAGE, "train.schedule=[main,tune]"]
     proc = subprocess.run(command, cwd=tmp, env=script_env(), capture_output=True, text=True,
                           timeout=300)

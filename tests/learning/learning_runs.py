@@ -25,6 +25,7 @@ SETTINGS = [
     f"data.corpus=synthetic:{NAME}", "vocab.type=word", "model.d_model=64", "model.heads=4",
     "model.ffn_dim=256", "train.val_every_steps=100000", "eval.valid_bleu=false", "decode.beam=1",
     "eval.contrastive=[corpus]", "eval.context_usage=true", f"train.seed={SEED}",
+    "train.step_cap=null",  # the `tiny` profile's sizes, not its cap on steps
 ]
 PRECISION = os.environ.get("DOCMT_LEARNING_PRECISION")  # e.g. bf16-mixed: a manual robustness check
 SETTINGS += [f"train.precision={PRECISION}"] if PRECISION else []

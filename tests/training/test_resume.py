@@ -35,6 +35,7 @@ context: {{prev_sentences: 1}}
 eval: {{valid_bleu: false}}
 train:
   max_steps: {STEPS}
+  step_cap: null  # longer than the tiny profile's cap
   val_every_steps: 10
   checkpoint_every_steps: {EVERY}
   average: {{checkpoints: 2, rule: last}}

@@ -29,7 +29,7 @@ def test_a_stage_model_setting_the_stage_arch_lacks_names_its_key(tmp_path):
 
 
 def test_a_stage_validates_at_its_own_interval_and_the_others_at_the_runs(tmp_path):
-    cfg = tiny_config(tmp_path, "train.val_every_steps=900", "train.stages.base={}",
+    cfg = tiny_config(tmp_path, "train.step_cap=null", "train.val_every_steps=900", "train.stages.base={}",
                       "train.stages.short={init_from: base, max_steps: 600, val_every_steps: 300}",
                       "train.schedule=[base,short]")
     base, short = stages.stage_config(cfg, "base"), stages.stage_config(cfg, "short")
