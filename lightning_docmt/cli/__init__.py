@@ -22,6 +22,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "stats": commands.stats_command,
     "prepare": commands.prepare_command,
     "fit": commands.fit_command,
+    "config": commands.config_command,
     "test": commands.test_command,
     "translate": commands.translate_command,
     "contrastive": commands.contrastive_command,

@@ -20,6 +20,25 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return list(args.overrides)
 
 
+def _require_device(name: str | None) -> None:
+    """`--device name` must be on this machine, where the run trains (None: the run's `trainer.*`)."""
+    from lightning_docmt.inference.device import inference_device
+
+    if name is not None:
+        inference_device(name)
+
+
+def _run_config(args: argparse.Namespace, *, here: bool):
+    """The config of `docmt fit CONFIG [--row R] [--seed S] [--profile P] [--device D] [k=v ...]`,
+    which `docmt config` prints from the same arguments. `here`: the run trains on this machine."""
+    from lightning_docmt.inference.device import with_device
+    from lightning_docmt.tables.spec import compose_file
+
+    if here:
+        _require_device(args.device)
+    return compose_file(Path(args.config), with_device(_overrides(args), args.device), row=args.row,
+                        profile=args.profile, seed=args.seed)
+
 
 def stats_command(args: argparse.Namespace) -> int:
     from lightning_docmt.data.corpora import read_corpus
@@ -46,15 +65,14 @@ def fit_command(args: argparse.Namespace) -> int:
     """
     from lightning_docmt.distributed import is_global_zero
     from lightning_docmt.tables import runner as tables
-    from lightning_docmt.tables.spec import compose_file, load_table
+    from lightning_docmt.tables.spec import load_table
     from lightning_docmt.training.run import fit_run
 
     if args.resume is not None:
         return _resume_fit(args)
     if args.config is None:
         raise DocMTInputError("docmt fit needs a config file (or --resume RUN_DIR)")
-    cfg = compose_file(Path(args.config), _overrides(args), row=args.row, profile=args.profile,
-                       seed=args.seed)
+    cfg = _run_config(args, here=True)
     if args.row is None:
         run_dir = fit_run(cfg)
         if is_global_zero():  # the other DDP ranks run the same command
@@ -79,7 +97,7 @@ def _resume_fit(args: argparse.Namespace) -> int:
     from lightning_docmt.distributed import is_global_zero
     from lightning_docmt.training.run import fit_run
 
-    extra = [a for a in (args.config, args.row, args.seed, args.profile) if a is not None] + args.overrides
+    extra = [a for a in (args.config, args.row, args.seed, args.profile, args.device) if a is not None] + args.overrides
     if extra:
         raise DocMTInputError(f"--resume takes only the run directory (its config.yaml is the run's "
                               f"config), got also '{extra[0]}'")
@@ -90,6 +108,15 @@ def _resume_fit(args: argparse.Namespace) -> int:
     fit_run(cfg, run_dir, resume=True)
     if is_global_zero():
         print(run_dir)
+    return 0
+
+
+def config_command(args: argparse.Namespace) -> int:
+    """Print the resolved config that `docmt fit` with the same arguments trains with, as the run's
+    `config.yaml` would hold it (so `docmt fit` of the printed file trains the same run); train nothing."""
+    from lightning_docmt.config.composition import resolved_config_text
+
+    print(resolved_config_text(_run_config(args, here=False)), end="")
     return 0
 
 
@@ -152,8 +179,10 @@ def table_command(args: argparse.Namespace) -> int:
     from lightning_docmt.tables.spec import is_grid_file, load_table
 
     seeds = args.seeds  # parser.seed_list
+    if not args.dry_run:  # a dry run plans runs for other machines
+        _require_device(args.device)
     common = dict(rows=args.rows, seeds=seeds, profile=args.profile, cli_overrides=_overrides(args),
-                  results_dir=Path(args.results), dry_run=args.dry_run)
+                  device=args.device, results_dir=Path(args.results), dry_run=args.dry_run)
     if is_grid_file(YamlFile.load(args.table)):
         outcome = run_grid(Path(args.table), parts=args.parts or "all", row_runner=_row_runner,
                            **common)

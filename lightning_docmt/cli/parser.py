@@ -7,10 +7,13 @@ from importlib.metadata import PackageNotFoundError, version
 
 DEVICE_HELP = "cpu, cuda or cuda:N (default: CUDA when available, else the CPU)"
 DEVICE_HELP_TEST = "cpu, cuda or cuda:N, on one process (default: the run's trainer.* settings)"
+DEVICE_HELP_TRAIN = ("cpu, cuda or cuda:N: train on that one device, in one process (sets trainer.accelerator, "
+                     "devices, num_nodes and strategy; default: the run's trainer.* settings)")
 
 
 OVERRIDES_HELP = "key=value settings applied last, e.g. train.max_steps=300 model.d_model=256"
-PROFILE_HELP = "tiny | cpu | paper: sizes and steps (lightning_docmt/config/profiles/), under the file's settings"
+PROFILE_HELP = ("tiny | cpu | paper: sizes and steps (lightning_docmt/config/profiles/), under the file's "
+                "settings; tiny also caps every stage's steps (train.step_cap)")
 JSON_HELP = "print one JSON object instead of the table"
 
 
@@ -32,6 +35,16 @@ def package_version() -> str:
         return "unknown"
 
 
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The arguments after the config file that choose a run's config: `docmt fit` and `docmt config`
+    take the same ones, so that the same arguments compose the same config."""
+    p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
+    p.add_argument("--row", help="a row of a table YAML")
+    p.add_argument("--seed", type=int, help="train.seed of the run (a table row's seed)")
+    p.add_argument("--profile", help=PROFILE_HELP)
+    p.add_argument("--device", help=DEVICE_HELP_TRAIN)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="docmt", description="document-level NMT experiments")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
@@ -51,13 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fit", help="train every stage of one run; print the run dir")
     p.add_argument("config", nargs="?", help="an experiment/table YAML or a run's config.yaml")
-    p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
+    add_run_options(p)
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue an interrupted run in RUN_DIR with its own config.yaml")
-    p.add_argument("--row", help="a row of a table YAML")
-    p.add_argument("--seed", type=int, help="train.seed of the run (a table row's seed)")
-    p.add_argument("--profile", help=PROFILE_HELP)
     p.add_argument("--results", default="results", help="where table rows are written")
+
+    p = sub.add_parser("config", help="print the resolved config that docmt fit with the same arguments "
+                                       "trains with (YAML, as the run's config.yaml); train nothing")
+    p.add_argument("config", help="an experiment/table YAML (a table needs --row) or a run's config.yaml")
+    add_run_options(p)
 
     p = sub.add_parser("test", help="metrics of a trained run on its test set")
     p.add_argument("run", help="a run directory or its config.yaml")
@@ -101,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=seed_list, help="comma-separated seeds, e.g. 1,2,3 (default: the table's "
                    "seeds:, else train.seed)")
     p.add_argument("--profile", help=PROFILE_HELP)
+    p.add_argument("--device", help=f"{DEVICE_HELP_TRAIN}; every row gets it")
     p.add_argument("--dry-run", action="store_true", help="print the docmt fit command of every run, train nothing")
     p.add_argument("--results", default="results", help="the folder of the table's runs and reports")
 

@@ -182,15 +182,20 @@ def schema_defaults(arch: str) -> DictConfig:
     return OmegaConf.structured(RunConfig(model=entry.config_class(arch=arch)))
 
 
+def resolved_config_text(cfg: DictConfig) -> str:
+    """The YAML of a resolved config, marked `docmt_resolved: true` (what `save_config` writes and
+    `docmt config` prints): `docmt fit` of this text trains the same run."""
+    return (f"# Resolved run config (`docmt fit {CONFIG_FILENAME}` repeats the run).\n"
+            f"# {RESOLVED_KEY}: presets and profiles are not re-applied to this file.\n"
+            f"{RESOLVED_KEY}: true\n" + OmegaConf.to_yaml(cfg, resolve=True))
+
+
 def save_config(cfg: DictConfig, run_dir: str | Path) -> Path:
     """Write `run_dir/config.yaml`: the resolved config, from which the run can be repeated alone."""
     path = Path(run_dir) / CONFIG_FILENAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = (f"# Resolved run config (`docmt fit {CONFIG_FILENAME}` repeats the run).\n"
-            f"# {RESOLVED_KEY}: presets and profiles are not re-applied to this file.\n"
-            f"{RESOLVED_KEY}: true\n" + OmegaConf.to_yaml(cfg, resolve=True))
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(resolved_config_text(cfg), encoding="utf-8")
     os.replace(tmp, path)
     return path
 

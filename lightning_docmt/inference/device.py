@@ -1,25 +1,36 @@
-"""The device that `docmt translate`, `test` and `contrastive` run on (`--device`)."""
+"""The device a command runs on (`--device`): `docmt translate`, `test` and `contrastive` run on it,
+`docmt fit`, `table` and `config` turn it into the run's `trainer:` settings."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+from typing import Sequence
 
 import torch
 
 from lightning_docmt.errors import DocMTInputError
 
 
-def inference_device(name: str | None) -> torch.device:
-    """`name` as a torch device (`cpu`, `cuda`, `cuda:N`); None: CUDA when available, else the CPU.
-    A malformed or unavailable device is a `DocMTInputError` naming `--device`."""
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def parse_device(name: str) -> torch.device:
+    """`name` (`cpu`, `cuda`, `cuda:N`) as a torch device, whether or not this machine has it (a
+    `docmt table --dry-run` may plan runs for another one). Anything else is a `DocMTInputError`
+    naming `--device`."""
     try:
         device = torch.device(name)
     except RuntimeError:
         raise DocMTInputError(f"'{name}' is not a device (cpu, cuda, cuda:N)", key="--device") from None
     if device.type not in ("cpu", "cuda"):
         raise DocMTInputError(f"'{name}': only cpu and cuda devices are supported", key="--device")
+    return device
+
+
+def inference_device(name: str | None) -> torch.device:
+    """`name` as a torch device (`parse_device`) that this machine has; None: CUDA when available,
+    else the CPU. A malformed or unavailable device is a `DocMTInputError` naming `--device`."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = parse_device(name)
     if device.type == "cuda":
         available = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if (device.index or 0) >= available:
@@ -29,9 +40,22 @@ def inference_device(name: str | None) -> torch.device:
 
 
 def trainer_settings(device: torch.device) -> dict[str, object]:
-    """The `trainer:` keys that run a test loop on `device` alone."""
+    """The `trainer:` keys that run on `device` alone (one process, one device)."""
     accelerator, devices = ("cpu", 1) if device.type == "cpu" else ("gpu", [device.index or 0])
     return {"accelerator": accelerator, "devices": devices, "num_nodes": 1, "strategy": "auto"}
+
+
+def with_device(overrides: Sequence[str], name: str | None) -> list[str]:
+    """`overrides` (`key=value`) followed by the `trainer:` settings of `--device name` (None: the
+    overrides alone). An override of a key that the device sets is an error: one of them would be lost."""
+    if name is None:
+        return list(overrides)
+    settings = {f"trainer.{key}": value for key, value in trainer_settings(parse_device(name)).items()}
+    clash = [o for o in overrides if o.partition("=")[0].strip() in settings]
+    if clash:
+        raise DocMTInputError(f"'{clash[0]}' and --device {name} both set it; keep one",
+                              key=clash[0].partition("=")[0].strip())
+    return [*overrides, *(f"{key}={json.dumps(value)}" for key, value in settings.items())]
 
 
 def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager:

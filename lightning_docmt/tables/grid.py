@@ -144,18 +144,19 @@ def load_grid(path: str | Path) -> Grid:
 def run_grid(grid_path: str | Path, parts: str | Sequence[str] = "all", rows: str | Sequence[str] = "all",
              seeds: Sequence[int] | None = None, profile: str | None = None,
              cli_overrides: Sequence[str] = (), row_runner: Callable[[Table], RunRow] | None = None,
-             results_dir: str | Path = "results", dry_run: bool = False) -> GridOutcome:
+             results_dir: str | Path = "results", dry_run: bool = False,
+             device: str | None = None) -> GridOutcome:
     """Run the selected rows of the selected parts (`run_table`, each part into its own results
     folder), then write the grid of every part from the runs on disk (`write_grid`): parts run by
     earlier calls, or on other machines, fill the same grid. `row_runner(part table)` gives the
-    `run_row` of a part (a selection table scores on valid)."""
+    `run_row` of a part (a selection table scores on valid); `device`: as `run_table`'s."""
     grid = load_grid(grid_path)
     outcome = GridOutcome(grid=grid)
     for part in grid.select(parts):
         run_row = row_runner(part.table) if row_runner is not None else None
         outcome.parts.append(run_table(part.table.path, rows=rows, seeds=seeds, profile=profile,
                                        cli_overrides=cli_overrides, run_row=run_row,
-                                       results_dir=results_dir, dry_run=dry_run))
+                                       results_dir=results_dir, dry_run=dry_run, device=device))
     if not dry_run and is_global_zero():
         outcome.outputs = write_grid(grid, results_dir, seeds, known={
             o.table.id: o.results for o in outcome.parts if o.results is not None})

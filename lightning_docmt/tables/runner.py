@@ -51,6 +51,7 @@ from lightning_docmt.config.composition import CONFIG_FILENAME, RESOLVED_KEY, sa
 from lightning_docmt.config.schema import inert_keys
 from lightning_docmt.distributed import is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.inference.device import with_device
 from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
 from lightning_docmt.tables.curve import curve_points, write_curve_csv, write_curve_png
 from lightning_docmt.tables.report import (
@@ -116,10 +117,11 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
               seeds: Sequence[int] | None = None, profile: str | None = None,
               cli_overrides: Sequence[str] = (), run_row: RunRow | None = None,
               results_dir: str | Path = "results", dry_run: bool = False,
-              preface: str = "") -> TableOutcome:
+              preface: str = "", device: str | None = None) -> TableOutcome:
     """Run the selected rows for each seed, skip finished runs, then write the table report.
 
-    Seeds: `seeds`, else the table's `seeds:`, else each row's own `train.seed`. The report covers
+    Seeds: `seeds`, else the table's `seeds:`, else each row's own `train.seed`. `device`: every
+    row trains on that one device (`docmt table --device`, `inference/device.with_device`). The report covers
     every row of the table with the runs found on disk for those seeds (all seeds found, when none
     are given), so tables filled by several calls (`--rows a`, then `--rows b`) come out whole.
     `preface`: a sentence on how this run of the table differs from the table (`docmt demo`'s
@@ -127,15 +129,17 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
     """
     table = load_table(table_path)
     seed_list = list(seeds) if seeds else (list(table.seeds) if table.seeds else None)
+    overrides = with_device(cli_overrides, device)
     plan = []
     for row in table.select(rows):
         for seed in seed_list or [None]:
-            cfg = compose_row(table, row.name, profile, cli_overrides, seed=seed)
+            cfg = compose_row(table, row.name, profile, overrides, seed=seed)
             plan.append(PlannedRun(row=row, seed=cfg.train.seed, cfg=cfg, run_dir=run_dir_for(
                 results_dir, table.id, row.name, cfg.train.seed)))
     if dry_run:
         return TableOutcome(table=table, commands=fit_commands(table, plan, profile, cli_overrides,
-                                                               with_seed=seed_list is not None))
+                                                               with_seed=seed_list is not None,
+                                                               device=device))
     if run_row is None:
         raise ValueError("run_table needs a run_row function unless dry_run is set")
     for planned in plan:
@@ -182,13 +186,15 @@ def table_results(table: Table, results_dir: str | Path, seeds: Sequence[int] | 
 
 
 def fit_commands(table: Table, plan: Sequence[PlannedRun], profile: str | None,
-                 cli_overrides: Sequence[str], *, with_seed: bool) -> list[str]:
-    """One shell-quoted `docmt fit TABLE --row NAME [--seed S] [--profile P] [k=v ...]` per run."""
+                 cli_overrides: Sequence[str], *, with_seed: bool, device: str | None = None) -> list[str]:
+    """One shell-quoted `docmt fit TABLE --row NAME [--seed S] [--profile P] [--device D] [k=v ...]`
+    per run."""
     commands = []
     for planned in plan:
         argv = ["docmt", "fit", str(table.path), "--row", planned.row.name]
         argv += ["--seed", str(planned.seed)] if with_seed else []
         argv += ["--profile", profile] if profile else []
+        argv += ["--device", device] if device else []
         commands.append(shlex.join([*argv, *cli_overrides]))
     return commands
 
