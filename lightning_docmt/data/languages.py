@@ -6,7 +6,8 @@ that the corpus spec names (`bible:zh-en` -> zh, en), else unknown (None). They 
 - the BLEU tokenizer of `eval.tokenize: auto`: sacreBLEU's `zh` for a Chinese target, `ja-mecab`
   (MeCab with the IPA dictionary, installed with the pinned stack) for a Japanese target, `13a`
   otherwise, as the WMT and IWSLT evaluations of the seed papers do; the resolved name is part of
-  the stored sacreBLEU signature (`tok:zh`, `tok:ja-mecab-...`).
+  the stored sacreBLEU signature (`tok:zh`, `tok:ja-mecab-...`). `docmt stats` counts each side's
+  tokens with the tokenizer of its language (`data/stats.py`).
 - sentencepiece's `character_coverage` of `vocab.character_coverage: null`: 0.9995 for a side in a
   language with a large character set (Chinese, Japanese, Korean), as the sentencepiece authors
   recommend, 1.0 otherwise; a joint vocabulary takes the smaller of its two sides.
@@ -25,7 +26,7 @@ from lightning_docmt.data.corpora import bible
 LARGE_CHARACTER_SETS = frozenset({"zh", "ja", "ko"})
 CJK_COVERAGE = 0.9995
 AUTO = "auto"
-BLEU_TOKENIZER_OF_TARGET = {"zh": "zh", "ja": "ja-mecab"}
+BLEU_TOKENIZER_OF_LANGUAGE = {"zh": "zh", "ja": "ja-mecab"}
 DEFAULT_BLEU_TOKENIZER = "13a"
 
 
@@ -43,11 +44,16 @@ def data_languages(data: DataConfig) -> tuple[Optional[str], Optional[str]]:
     return (data.src_lang or from_spec[0], data.tgt_lang or from_spec[1])
 
 
+def language_bleu_tokenizer(language: Optional[str]) -> str:
+    """The sacreBLEU tokenizer that BLEU counts text in `language` with (None: unknown), as a target."""
+    return BLEU_TOKENIZER_OF_LANGUAGE.get(language, DEFAULT_BLEU_TOKENIZER)
+
+
 def bleu_tokenizer(evaluation: EvalConfig, data: DataConfig) -> str:
     """The sacreBLEU tokenizer of `eval.tokenize`, `auto` resolved by the target language."""
     if evaluation.tokenize != AUTO:
         return evaluation.tokenize
-    return BLEU_TOKENIZER_OF_TARGET.get(data_languages(data)[1], DEFAULT_BLEU_TOKENIZER)
+    return language_bleu_tokenizer(data_languages(data)[1])
 
 
 def character_coverages(vocab: VocabConfig, data: DataConfig) -> tuple[float, float]:
