@@ -32,9 +32,9 @@ from typing import Callable, Mapping, Sequence
 from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.distributed import is_global_zero
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.tables.effects import metric_panel
+from lightning_docmt.tables.figures import write_grid_chart
 from lightning_docmt.tables.report import (
-    MetricSummary,
-    RowSummary,
     context_columns_legend,
     decimals,
     marked_metric,
@@ -46,6 +46,7 @@ from lightning_docmt.tables.report import (
 from lightning_docmt.tables.row_significance import RowSignificance
 from lightning_docmt.tables.runner import RunRow, TableOutcome, TableResults, run_table, table_results
 from lightning_docmt.tables.spec import SAFE_NAME, Table, hint, load_table, read_spec_file
+from lightning_docmt.tables.summaries import MetricSummary, RowSummary
 
 GRID_KEYS = ("id", "title", "metrics", "parts", "notes")
 PART_KEYS = ("name", "table")
@@ -195,7 +196,7 @@ class _Line:
 
 def write_grid(grid: Grid, results_dir: str | Path, seeds: Sequence[int] | None = None, *,
                known: Mapping[str, TableResults] | None = None) -> dict[str, Path]:
-    """`results/<grid id>/table.{md,csv}` from the runs on disk of every part; trains nothing.
+    """`results/<grid id>/table.{md,csv,png}` from the runs on disk of every part; trains nothing.
     A part's seeds are those its own report uses: `seeds`, else its table's `seeds:`, else every
     seed found. `known`: part results that `run_table` has just computed (by table id), so that
     their significance tests are not run again."""
@@ -205,7 +206,19 @@ def write_grid(grid: Grid, results_dir: str | Path, seeds: Sequence[int] | None 
              for part in grid.parts]
     out_dir = Path(results_dir) / grid.id
     out_dir.mkdir(parents=True, exist_ok=True)
-    return {"md": _write_markdown(grid, lines, out_dir), "csv": _write_csv(grid, lines, out_dir)}
+    return {"md": _write_markdown(grid, lines, out_dir), "csv": _write_csv(grid, lines, out_dir),
+            "png": _write_chart(grid, lines, out_dir)}
+
+
+def _write_chart(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:
+    """`table.png`: per metric, each part's rows as its own table's figure shows them (changes
+    against the part's baseline for a score, tables/effects.py), the parts side by side."""
+    parts = [(line.part.name, [metric_panel([s for s in line.results.summaries if s.status != "not run"],
+                                            metric, line.part.table.baseline) for metric in grid.metrics])
+             for line in lines]
+    marks = {line.part.name: {row: t.mark for row, t in line.tested.items()} for line in lines}
+    return write_grid_chart(grid.title, parts, grid.columns, grid.metrics, out_dir / "table.png", marks=marks,
+                            marked_metric=grid.marked_metric)
 
 
 def _write_markdown(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:

@@ -1,7 +1,10 @@
-"""Summarise the runs of a table and write it: Markdown, CSV, bar chart, wandb (docs/design.md section 10).
+"""Summarise the runs of a table and write it: Markdown, CSV, wandb (docs/design.md section 10);
+the figures are drawn by figures.py.
 
 For every row and metric: our mean and sample standard deviation over the finished seeds, the
-paper's number, and delta = ours - paper. Failed runs are listed with their error and log file.
+values per seed, the change against the baseline row (tables/effects.py), the paper's number and
+its change against its baseline row. Our absolute numbers are never set against the paper's: the
+corpora differ. Failed runs are listed with their error and log file.
 """
 
 from __future__ import annotations
@@ -9,97 +12,18 @@ from __future__ import annotations
 import csv
 import importlib
 import logging
-import math
 import os
-import statistics
-import textwrap
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
-
-import numpy as np
 
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.provenance import ENV_PREFIX
 from lightning_docmt.tables import contrastive_columns
-from lightning_docmt.tables.spec import Table, TableRow
-from lightning_docmt.tables.values import is_finite_number
+from lightning_docmt.tables.effects import metric_panel, seed_values
+from lightning_docmt.tables.spec import Table
+from lightning_docmt.tables.summaries import FAILED, MetricSummary, RowSummary, RunRecord
 
 log = logging.getLogger(__name__)
-
-DONE, FINISHED, FAILED, INCOMPLETE = "done", "finished", "failed", "incomplete"
-
-
-@dataclass
-class RunRecord:
-    """One (row, seed) run. `status`: DONE (ran now), FINISHED (finished earlier, skipped),
-    FAILED (raised; see `error` and `log_path`), INCOMPLETE (started, never finished)."""
-
-    row: str
-    seed: int
-    run_dir: Path
-    status: str
-    metrics: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-    log_path: Path | None = None
-
-    @property
-    def succeeded(self) -> bool:
-        return self.status in (DONE, FINISHED)
-
-
-@dataclass(frozen=True)
-class MetricSummary:
-    values: tuple[float, ...]
-    paper: float | None
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    @property
-    def mean(self) -> float | None:
-        return statistics.fmean(self.values) if self.values else None
-
-    @property
-    def std(self) -> float | None:
-        """Sample standard deviation (n - 1); None below two seeds."""
-        return statistics.stdev(self.values) if len(self.values) >= 2 else None
-
-    @property
-    def delta(self) -> float | None:
-        return None if self.mean is None or self.paper is None else self.mean - self.paper
-
-
-@dataclass(frozen=True)
-class RowSummary:
-    row: TableRow
-    records: tuple[RunRecord, ...]
-    metrics: dict[str, MetricSummary]
-
-    @property
-    def status(self) -> str:
-        finished = sum(r.succeeded for r in self.records)
-        if not self.records:
-            return "not run"
-        if finished == len(self.records):
-            return "ok"
-        if finished == 0:
-            return FAILED if any(r.status == FAILED for r in self.records) else INCOMPLETE
-        return f"partial ({finished}/{len(self.records)} seeds)"
-
-
-def summarize(table: Table, records: Sequence[RunRecord]) -> list[RowSummary]:
-    """One summary per table row (table order); `records` may hold any subset of rows and seeds."""
-    summaries = []
-    for row in table.rows:
-        mine = tuple(sorted((r for r in records if r.row == row.name), key=lambda r: r.seed))
-        metrics = {metric: MetricSummary(values=_finished_values(mine, metric),
-                                         paper=row.paper.get(metric))
-                   for metric in table.metrics}
-        summaries.append(RowSummary(row=row, records=mine, metrics=metrics))
-    return summaries
-
 
 # Per row: (mark, p-values per seed) of its test BLEU against the table's baseline row
 # (tables/row_significance.py); rows without a test are absent.
@@ -113,30 +37,50 @@ def marked_metric(table: Table) -> str:
 
 def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
                    *, context: str = "", significance: Significance | None = None) -> Path:
+    """The table as Markdown: per metric our mean ± sd (n), and, where they mean something, the
+    change against the baseline row (seed by seed, tables/effects.py) and the paper's number and
+    change; rows not run are named in one line; per-seed values and p-values of the marked metric."""
     significance = significance or {}
+    marked = marked_metric(table)
+    shown = [s for s in summaries if s.status != "not run"]
+    panels = {metric: metric_panel(shown, metric, table.baseline) for metric in table.metrics}
     header = ["Row"]
     for metric in table.metrics:
-        header += [metric, "paper", "Δ"]
+        header.append(metric)
+        header += ["Δ base"] if panels[metric].against else []
+        if any(s.metrics[metric].paper is not None for s in summaries):
+            header += ["paper"] + (["paper Δ"] if panels[metric].against else [])
     header.append("Status")
-    marked = marked_metric(table)
-    explained = (f" ↑/↓: {marked} significantly better/worse than the baseline row "
-                 f"`{table.baseline}` (paired bootstrap, p < 0.05) in every seed; the p-values "
-                 "are in table.csv." if table.baseline else "")
+    explained = (f" Δ base: the row minus the baseline row `{table.baseline}`, seed by seed (mean ± sd "
+                 f"over the seeds both finished); paper Δ: the same in the paper. ↑/↓: {marked} "
+                 "significantly better/worse than the baseline row (paired bootstrap, p < 0.05) in "
+                 "every seed." if table.baseline else "")
     lines = [f"# {table.title}", "",
              f"Table `{table.id}` (`{table.path}`). Ours: mean ± sample standard deviation over the "
-             "finished seeds (n); Δ = ours − paper." + explained + (f" {context}" if context else ""),
+             "finished seeds (n)." + explained + (f" {context}" if context else ""),
              "", "| " + " | ".join(header) + " |",
              "|" + "|".join(["---"] + ["---:"] * (len(header) - 2) + ["---"]) + "|"]
-    for summary in summaries:
+    for summary in shown:
         cells = [summary.row.name]
         for metric in table.metrics:
-            m = summary.metrics[metric]
+            m, digits, column = summary.metrics[metric], decimals(metric), panels[metric]
             mark = significance.get(summary.row.name, ("", ()))[0] if metric == marked else ""
-            digits = decimals(metric)
-            cells += [ours_cell(m, digits) + (f" {mark}" if mark else ""), number_cell(m.paper, digits),
-                      number_cell(m.delta, digits, signed=True)]
+            cells.append(ours_cell(m, digits) + (f" {mark}" if mark else ""))
+            effect = next((e for e in column.effects if e.row == summary.row.name), None)
+            if column.against:
+                cells.append(change_cell(effect, digits, baseline=summary.row.name == table.baseline))
+            if any(s.metrics[metric].paper is not None for s in summaries):
+                cells.append(number_cell(m.paper, digits))
+                if column.against:
+                    paper_change = effect.paper if effect is not None else None
+                    cells.append("—" if summary.row.name == table.baseline
+                                 else number_cell(paper_change, digits, signed=True))
         cells.append(summary.status)
         lines.append("| " + " | ".join(cells) + " |")
+    not_run = [s.row.name for s in summaries if s.status == "not run"]
+    if not_run:
+        lines += ["", "Not run: " + ", ".join(f"`{name}`" for name in not_run) + "."]
+    lines += per_seed_section(shown, marked, significance)
     failures = [r for s in summaries for r in s.records if r.status == FAILED]
     if failures:
         lines += ["", "Failed runs:", ""]
@@ -159,6 +103,34 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
         lines += ["", "Notes:", ""] + ([table.notes.strip(), ""] if table.notes else []) + notes
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def change_cell(effect: Any, digits: int, *, baseline: bool) -> str:
+    """`+0.05 ± 0.10`: an `effects.Effect`'s mean and sd; `—` on the baseline row itself."""
+    if baseline:
+        return "—"
+    if effect is None:
+        return "n/a"
+    spread = f" ± {effect.sd:.{digits}f}" if effect.sd is not None else ""
+    return f"{effect.mean:+.{digits}f}{spread}"
+
+
+def per_seed_section(summaries: Sequence[RowSummary], metric: str, significance: Significance) -> list[str]:
+    """A Markdown table of `metric` per seed, with each seed's p-value against the baseline."""
+    seeds = sorted({r.seed for s in summaries for r in s.records if r.succeeded})
+    if not seeds:
+        return []
+    digits = decimals(metric)
+    lines = ["", f"{metric} per seed (p: paired bootstrap against the baseline row, seed by seed):", "",
+             "| Row | " + " | ".join(f"seed {seed}" for seed in seeds) + " | p |",
+             "|---|" + "---:|" * (len(seeds) + 1)]
+    for summary in summaries:
+        values = seed_values(summary, metric)
+        cells = [number_cell(values[seed], digits) if seed in values else "n/a" for seed in seeds]
+        p_values = significance.get(summary.row.name, ("", ()))[1]
+        lines.append(f"| {summary.row.name} | " + " | ".join(cells) + " | "
+                     + (", ".join(f"{p:.3f}" for p in p_values) or "—") + " |")
+    return lines
 
 
 def context_columns_legend(metrics: Sequence[str]) -> list[str]:
@@ -188,50 +160,30 @@ def run_provenance(records: Sequence[RunRecord]) -> list[str]:
 
 def write_csv(table: Table, summaries: Sequence[RowSummary], path: Path, *,
               significance: Significance | None = None) -> Path:
-    """One line per row and metric; `p_values` (per seed, `;`-separated) and `mark` against the
-    baseline row, on the test (or valid) BLEU lines of the rows that were tested."""
+    """One line per row and metric: n, mean, sd, the values per seed (`seed:value`, `;`-separated),
+    the change against the baseline row (`delta_base`, seed by seed, and its sd), the paper's
+    number and change against its baseline row (`paper_delta_base`); `p_values` (per seed) and
+    `mark` against the baseline row on the marked metric's lines of the rows that were tested."""
     significance = significance or {}
     marked = marked_metric(table)
+    panels = {metric: metric_panel(summaries, metric, table.baseline) for metric in table.metrics}
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["row", "metric", "n", "mean", "std", "paper", "delta", "status",
-                         "p_values", "mark"])
+        writer.writerow(["row", "metric", "n", "mean", "std", "values", "delta_base", "delta_base_std",
+                         "paper", "paper_delta_base", "status", "p_values", "mark"])
         for summary in summaries:
             for metric in table.metrics:
                 m = summary.metrics[metric]
+                effect = next((e for e in panels[metric].effects if e.row == summary.row.name), None)
+                changed = effect is not None and panels[metric].against is not None
                 mark, p_values = (significance.get(summary.row.name, ("", ()))
                                   if metric == marked else ("", ()))
-                writer.writerow([summary.row.name, metric, m.n, raw_cell(m.mean), raw_cell(m.std),
-                                 raw_cell(m.paper), raw_cell(m.delta), summary.status,
+                values = ";".join(f"{seed}:{value!r}" for seed, value in seed_values(summary, metric).items())
+                writer.writerow([summary.row.name, metric, m.n, raw_cell(m.mean), raw_cell(m.std), values,
+                                 raw_cell(effect.mean if changed else None),
+                                 raw_cell(effect.sd if changed else None), raw_cell(m.paper),
+                                 raw_cell(effect.paper if changed else None), summary.status,
                                  ";".join(repr(p) for p in p_values), mark])
-    return path
-
-
-def write_bar_chart(table: Table, summaries: Sequence[RowSummary], path: Path) -> Path:
-    """One panel per metric: ours (mean, std error bar) next to the paper's number, per row."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    names = [s.row.name for s in summaries]
-    x = np.arange(len(names))
-    width = 0.38
-    fig = Figure(figsize=(max(5.0, 1.1 * len(names) + 2.0), 3.2 * len(table.metrics)))
-    FigureCanvasAgg(fig)
-    for k, metric in enumerate(table.metrics):
-        ax = fig.add_subplot(len(table.metrics), 1, k + 1)
-        ms = [s.metrics[metric] for s in summaries]
-        ours = [math.nan if m.mean is None else m.mean for m in ms]
-        spread = [m.std or 0.0 for m in ms]
-        paper = [math.nan if m.paper is None else m.paper for m in ms]
-        ax.bar(x - width / 2, ours, width, yerr=spread, capsize=3, label="ours")
-        ax.bar(x + width / 2, paper, width, hatch="//", alpha=0.6, label="paper")
-        ax.set_xticks(x, labels=names, rotation=30 if len(names) > 4 else 0, ha="right"
-                      if len(names) > 4 else "center")
-        ax.set_ylabel(metric)
-        ax.legend(loc="lower right")
-    fig.suptitle("\n".join(textwrap.wrap(table.title, 80)))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
     return path
 
 
@@ -256,8 +208,8 @@ def log_table_to_wandb(table: Table, summaries: Sequence[RowSummary], chart: Pat
         return False
 
     def results_table():
-        columns = ["row", "metric", "n", "ours", "std", "paper", "delta", "status"]
-        data = [[s.row.name, metric, m.n, m.mean, m.std, m.paper, m.delta, s.status]
+        columns = ["row", "metric", "n", "ours", "std", "paper", "status"]
+        data = [[s.row.name, metric, m.n, m.mean, m.std, m.paper, s.status]
                 for s in summaries for metric, m in s.metrics.items()]
         run.log({"table": wandb.Table(columns=columns, data=data)})
 
@@ -285,12 +237,6 @@ def _safely(what: str, call: Callable[[], Any]) -> tuple[bool, Any]:
     except Exception as err:  # wandb raises many types (network, usage, file errors)
         log.warning("wandb %s failed (%s: %s); continuing without it", what, type(err).__name__, err)
         return False, None
-
-
-def _finished_values(records: Sequence[RunRecord], metric: str) -> tuple[float, ...]:
-    """The finite numeric values of `metric` over the finished runs."""
-    values = (contrastive_columns.column_value(r.metrics, metric) for r in records if r.succeeded)
-    return tuple(float(v) for v in values if is_finite_number(v))
 
 
 def decimals(metric: str) -> int:

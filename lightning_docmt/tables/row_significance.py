@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from lightning_docmt.data.languages import bleu_tokenizer
 from lightning_docmt.evaluation.paired_tests import paired_test, significance_mark
-from lightning_docmt.tables.report import RowSummary, RunRecord
+from lightning_docmt.tables.summaries import RowSummary, RunRecord
 
 
 @dataclass(frozen=True)

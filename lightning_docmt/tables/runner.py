@@ -54,21 +54,19 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.device import with_device
 from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
 from lightning_docmt.tables.curve import curve_points, write_curve_csv, write_curve_png
-from lightning_docmt.tables.report import (
+from lightning_docmt.tables.figures import write_table_figures
+from lightning_docmt.tables.report import log_table_to_wandb, write_csv, write_markdown
+from lightning_docmt.tables.row_significance import RowSignificance, row_significance
+from lightning_docmt.tables.spec import Table, TableRow, compose_row, load_table
+from lightning_docmt.tables.summaries import (
     DONE,
     FAILED,
     FINISHED,
     INCOMPLETE,
     RowSummary,
     RunRecord,
-    log_table_to_wandb,
     summarize,
-    write_bar_chart,
-    write_csv,
-    write_markdown,
 )
-from lightning_docmt.tables.row_significance import RowSignificance, row_significance
-from lightning_docmt.tables.spec import Table, TableRow, compose_row, load_table
 
 RunRow = Callable[[DictConfig, Path], Mapping[str, Any]]
 
@@ -165,7 +163,8 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
     outputs = {"md": write_markdown(table, summaries, out_dir / "table.md", context=context,
                                     significance=marks),
                "csv": write_csv(table, summaries, out_dir / "table.csv", significance=marks),
-               "png": write_bar_chart(table, summaries, out_dir / "table.png")}
+               **write_table_figures(table, summaries, {row: mark for row, (mark, _) in marks.items()},
+                                     out_dir)}
     if table.curve is not None:
         finished = {s.row.name: [r.metrics for r in s.records if r.succeeded] for s in summaries}
         points = curve_points(table.curve, finished)

@@ -17,9 +17,9 @@ import pytest
 from lightning_docmt.config.registry import import_all_archs
 from lightning_docmt.tables.contrastive_columns import column_value
 from lightning_docmt.tables.grid import load_grid, write_grid
-from lightning_docmt.tables.report import FINISHED
 from lightning_docmt.tables.runner import ARCHIVE_DIRNAME, METRICS_FILE, run_table
 from lightning_docmt.tables.spec import load_table
+from lightning_docmt.tables.summaries import FINISHED
 from tests.helpers.experiment_files import EXPERIMENTS, grid_files, table_files
 
 REPO = EXPERIMENTS.parent

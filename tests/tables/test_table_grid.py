@@ -72,6 +72,7 @@ def test_a_grid_has_a_line_per_part_a_column_per_row_and_each_parts_marks(grid_f
     deltas = [float(d) for d in cells[("x-y", "better")]["deltas"].split(";")]
     assert len(deltas) == 2 and all(d > 20 for d in deltas)  # the reference vs. half its words
     assert cells[("x-y", "baseline")]["deltas"] == cells[("x-y", "baseline")]["mark"] == ""
+    assert outcome.outputs["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the grid's own figure
     markdown = (tmp_path / "results" / "unit.grid" / "table.md").read_text()
     lines = markdown.splitlines()
     assert "| Part | baseline | better | worse |" in lines

@@ -16,9 +16,10 @@ import yaml
 from lightning_docmt.config.composition import compose
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
-from lightning_docmt.tables.report import DONE, RunRecord, log_table_to_wandb, run_provenance, summarize
+from lightning_docmt.tables.report import log_table_to_wandb, run_provenance
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import compose_file, compose_row, load_table
+from lightning_docmt.tables.summaries import DONE, RunRecord, summarize
 from tests.helpers.cli_run import docmt
 from tests.helpers.stand_in_archs import CTX
 
@@ -107,11 +108,11 @@ def test_rerun_skips_finished_runs_and_retries_failed_ones(table_file, tmp_path)
     assert len(skipped) == 4
 
 
-def test_table_markdown_and_csv_hold_mean_std_and_paper_numbers(table_file, tmp_path):
+def test_table_markdown_and_csv_hold_mean_std_per_seed_values_and_paper_numbers(table_file, tmp_path):
     outcome = run_table(table_file, run_row=FakeTraining(), results_dir=tmp_path / "results")
     out = tmp_path / "results" / "unit.t1"
     assert outcome.outputs == {"md": out / "table.md", "csv": out / "table.csv",
-                               "png": out / "table.png"}
+                               "png": out / "table.png", "curves_png": out / "curves.png"}
     rows = {(r["row"], r["metric"]): r for r in csv.DictReader((out / "table.csv").open())}
     markdown = (out / "table.md").read_text()
     for row in ("small", "large"):
@@ -123,23 +124,22 @@ def test_table_markdown_and_csv_hold_mean_std_and_paper_numbers(table_file, tmp_
             assert int(line["n"]) == 2 and line["status"] == "ok"
             assert float(line["mean"]) == pytest.approx(mean)
             assert float(line["std"]) == pytest.approx(std)
-            if paper is None:
-                assert line["paper"] == line["delta"] == ""
-            else:
-                assert float(line["paper"]) == paper
-                assert float(line["delta"]) == pytest.approx(mean - paper)
+            assert line["values"] == f"1:{values[0]!r};2:{values[1]!r}"
+            assert line["delta_base"] == line["paper_delta_base"] == ""  # no baseline row
+            assert line["paper"] == ("" if paper is None else repr(paper))
             row_line = next(text for text in markdown.splitlines() if text.startswith(f"| {row} |"))
-            assert f"{mean:.2f} ± {std:.2f} (n=2)" in row_line
-            if paper is not None:
-                assert f"| {paper:.2f} | {mean - paper:+.2f} |" in row_line
+            assert f"{mean:.2f} ± {std:.2f} (n=2) | {'n/a' if paper is None else f'{paper:.2f}'} |" in row_line
+    assert "Δ" not in markdown.split("\n\n")[1]  # no baseline: no change column, nor ours - paper
     broken = [text for text in markdown.splitlines() if text.startswith("| broken |")]
     assert broken and broken[0].endswith("| failed |")
     assert rows[("broken", "test/bleu")]["n"] == "0" and rows[("broken", "test/bleu")]["mean"] == ""
     broken_log = out / "broken" / "seed1" / "log.txt"
     assert f"- `broken` seed 1: RuntimeError: boom (log: `{broken_log}`)" in markdown
+    assert "| small | 11.00 | 12.00 | — |" in markdown  # test/bleu per seed
     assert "nrefs:1|tok:13a" in markdown and "table note" in markdown and "row note" in markdown
     assert "Profile: tiny. BLEU, chrF, d-BLEU and METEOR are case-sensitive (cased)." in markdown
-    assert (out / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for png in ("table.png", "curves.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_context_columns_are_explained_under_the_table_and_only_when_shown(table_file, tmp_path):
@@ -182,7 +182,7 @@ def test_rows_run_separately_fill_one_table(table_file, tmp_path):
     markdown = outcome.outputs["md"].read_text()
     small = expected_metrics("small", 1)["test/bleu"]
     assert f"| small | {small:.2f} (n=1) |" in markdown
-    assert "| broken | n/a | n/a | n/a | n/a | n/a | n/a | not run |" in markdown
+    assert "| broken |" not in markdown and "Not run: `broken`." in markdown  # named once, not a row of n/a
 
 
 def test_dry_run_prints_one_fit_command_per_run_and_runs_nothing(table_file, tmp_path):
