@@ -28,7 +28,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
-from lightning_docmt.checkpoints import read_checkpoint
+from lightning_docmt.checkpoints import read_checkpoint, save_atomically
 from lightning_docmt.errors import DocMTInputError
 
 RULES = ("best_contiguous", "last")
@@ -106,12 +106,6 @@ def check_average_config(checkpoints: int, rule: str) -> None:
                               key="train.average.rule")
 
 
-def _save_atomically(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 @dataclass
 class Snapshot:
     step: int
@@ -161,7 +155,7 @@ class CheckpointAveraging(pl.Callback):
         if trainer.is_global_zero:
             self.directory.mkdir(parents=True, exist_ok=True)
             trainable = {n: p.detach().cpu().clone() for n, p in pl_module.named_parameters() if p.requires_grad}
-            _save_atomically(trainable, path)
+            save_atomically(trainable, path)
         self.snapshots.append(Snapshot(trainer.global_step, self.sign * float(value), str(path)))
         self._prune(trainer)
 
@@ -236,5 +230,5 @@ def average_checkpoints(paths: Sequence[Path], out: Path) -> dict[str, Any]:
     checkpoint["state_dict"] = averaged
     checkpoint["averaged_from"] = [str(p) for p in ordered]
     out.parent.mkdir(parents=True, exist_ok=True)
-    _save_atomically(checkpoint, out)
+    save_atomically(checkpoint, out)
     return {"out": str(out), "averaged": [str(p) for p in ordered], "newest": str(ordered[-1])}

@@ -15,6 +15,7 @@ with some parameters left at their random initialisation.
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 import tempfile
@@ -28,6 +29,9 @@ from lightning_docmt.data.vocab import Vocabulary, load_vocabularies
 from lightning_docmt.errors import DocMTInputError
 
 MAX_KEYS_SHOWN = 3  # offending keys named in a mismatch error
+EXPORT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# What an exported checkpoint keeps: what `load_checkpoint` and a stage's `init_from` read.
+EXPORTED_KEYS = ("hyper_parameters", "global_step", "epoch")
 UNSAFE_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")  # torch's weights_only refusal
 
 
@@ -97,3 +101,29 @@ def unpack_vocabularies(packed: dict[str, bytes]) -> tuple[Vocabulary, Vocabular
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_bytes(blob)
         return load_vocabularies(root)
+
+
+def save_atomically(obj: Any, path: Path) -> None:
+    """`torch.save` through a temporary file: `path` appears complete or not at all."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def export_weights(path: str | Path, out: Path, dtype: str = "float32") -> dict[str, Any]:
+    """A checkpoint to ship (`docmt export`): the weights, their floating tensors cast to `dtype`
+    (bfloat16 or float16 halve the file), the config, the vocabularies and the step; no optimizer,
+    scheduler, callback or loop state, which only a resumed fit needs. `translate`, `contrastive`
+    and a stage's `init_from` read it like any checkpoint (a stage casts it back to its own precision)."""
+    checkpoint = read_checkpoint(path)
+    if VOCAB_KEY not in checkpoint or "hyper_parameters" not in checkpoint:
+        raise DocMTInputError("not a lightning_docmt checkpoint (no config or vocabulary inside)", path=path)
+    cast = EXPORT_DTYPES[dtype]
+    exported = {key: checkpoint[key] for key in (*EXPORTED_KEYS, VOCAB_KEY) if key in checkpoint}
+    exported["state_dict"] = {name: tensor.to(cast) if tensor.is_floating_point() else tensor
+                              for name, tensor in checkpoint["state_dict"].items()}
+    exported.update(exported_from=Path(path).name, exported_dtype=dtype)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_atomically(exported, out)
+    return {"out": str(out), "bytes": out.stat().st_size, "tensors": len(exported["state_dict"]), "dtype": dtype}
+

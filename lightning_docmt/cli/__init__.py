@@ -27,6 +27,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "translate": commands.translate_command,
     "contrastive": commands.contrastive_command,
     "average": commands.average_command,
+    "export": commands.export_command,
     "pretrain": commands.pretrain_command,
     "table": commands.table_command,
     "demo": demo.demo_command,

@@ -155,6 +155,16 @@ def average_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def export_command(args: argparse.Namespace) -> int:
+    """Write a checkpoint to ship (checkpoints.export_weights); print what was written."""
+    from lightning_docmt.checkpoints import export_weights
+
+    summary = export_weights(Path(args.checkpoint), Path(args.out), args.dtype)
+    print(f"exported {summary['tensors']} tensors ({summary['dtype']}) -> {summary['out']} "
+          f"({summary['bytes'] / 2**20:.1f} MiB)")
+    return 0
+
+
 def pretrain_command(args: argparse.Namespace) -> int:
     """Pretrain (or resume, or find) the encoder of a pretraining file; print its directory."""
     from lightning_docmt.config.pretraining import load_pretrain_config

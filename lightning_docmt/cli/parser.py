@@ -103,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoints", nargs="+", metavar="CKPT", help="Lightning checkpoints of one run")
     p.add_argument("--out", required=True, help="the averaged checkpoint (written atomically)")
 
+    p = sub.add_parser("export", help="a checkpoint to ship: weights (optionally halved), config and "
+                                       "vocabularies, without optimizer state")
+    p.add_argument("checkpoint", metavar="CKPT", help="a trained checkpoint (a stage's final.ckpt or a run's)")
+    p.add_argument("--out", required=True, help="the exported checkpoint (written atomically)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="the floating tensors' type in the file (default: float32)")
+
     p = sub.add_parser("pretrain", help="pretrain a context encoder on the Bible (a pretraining YAML, "
                                          "lightning_docmt/pretraining/); print its directory")
     p.add_argument("config", metavar="FILE", help="a pretraining YAML (experiments/donato2021/pretrain_*.yaml)")

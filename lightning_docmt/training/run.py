@@ -33,11 +33,18 @@ from omegaconf import DictConfig, OmegaConf
 from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging
 from lightning_docmt.callbacks.lr_record import LearningRateRecord
 from lightning_docmt.callbacks.staged_unfreezing import matches
-from lightning_docmt.checkpoints import load_state, read_checkpoint
+from lightning_docmt.checkpoints import (
+    VOCAB_KEY,
+    load_state,
+    pack_vocabularies,
+    read_checkpoint,
+    save_atomically,
+)
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.config.registry import get_arch
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.data.languages import bleu_tokenizer
+from lightning_docmt.data.vocab import Vocabulary
 from lightning_docmt.distributed import barrier, is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.context_usage import context_usage_metrics
@@ -91,14 +98,21 @@ def build_module(scfg: DictConfig, datamodule: DocumentWindowDataModule, step_of
                        step_offset=step_offset, lr_override=lr_override)
 
 
-def load_weights(module: DocMTModule, checkpoint: Path, *, init_from: str | None = None) -> list[str]:
+def load_weights(module: DocMTModule, checkpoint: Path, *, init_from: str | None = None,
+                 vocabularies: tuple[Vocabulary, Vocabulary] | None = None) -> list[str]:
     """Load a checkpoint's weights strictly (`checkpoints.load_state`); returns the missing keys.
 
     `init_from`: the key of a stage initialised from `checkpoint`, whose new parameters may be
     missing from it (nothing may be unexpected or of another shape). Otherwise every key must match.
+    `vocabularies`: the (source, target) vocabularies the run built from its data; a checkpoint
+    that carries others is refused (its embeddings would read other tokens at the same ids, e.g. a
+    shipped model under a vocabulary built by another tokenizer version).
     """
-    state = read_checkpoint(checkpoint)["state_dict"]
-    return load_state(module, state, checkpoint, allow_missing=init_from is not None, key=init_from)
+    state = read_checkpoint(checkpoint)
+    if vocabularies is not None and VOCAB_KEY in state and state[VOCAB_KEY] != pack_vocabularies(*vocabularies):
+        raise DocMTInputError("its vocabularies are not the ones this run built from its data", path=checkpoint,
+                              key=init_from)
+    return load_state(module, state["state_dict"], checkpoint, allow_missing=init_from is not None, key=init_from)
 
 
 def resumable_checkpoint(stage_dir: Path, key: str) -> Path | None:
@@ -154,7 +168,8 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     stage_dir = run_dir / name
     checkpoint = resumable_checkpoint(stage_dir, key) if resume else None
     if init_ckpt is not None:
-        missing = load_weights(module, init_ckpt, init_from=f"train.stages.{name}.init_from")
+        missing = load_weights(module, init_ckpt, init_from=f"train.stages.{name}.init_from",
+                               vocabularies=(datamodule.src_vocab, datamodule.tgt_vocab))
         progress(f"stage '{name}': initialised from {init_ckpt} ({len(missing)} new tensors)")
         if checkpoint is not None:  # measured when the interrupted run began: the same numbers
             start = {k: v for k, v in json.loads((stage_dir / STAGE_MARKER).read_text()).items() if k != "key"}
@@ -182,9 +197,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         size = update_size(scfg, trainer.world_size)
         store.mkdir(parents=True, exist_ok=True)
         final = read_checkpoint(best)
-        tmp = store / "final.ckpt.tmp"
-        torch.save(final, tmp)
-        os.replace(tmp, store / "final.ckpt")
+        save_atomically(final, store / "final.ckpt")
         # The stage's step is that of the checkpoint it hands on (the best one, not the last), so
         # that a next stage with `continue_schedule` continues the schedule where its weights were.
         info = {"global_step": final["global_step"], "schedule_step": step_offset + final["global_step"],

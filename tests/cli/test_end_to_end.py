@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
+from lightning_docmt.checkpoints import VOCAB_KEY
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.data.synthetic import write_contrastive_suite
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
@@ -244,3 +245,41 @@ def test_prepare_builds_the_data_of_a_table_row(workdir):
     missing_row = docmt("prepare", table, "--profile", "tiny")
     assert missing_row.code == 2 and len(missing_row.err.strip().splitlines()) == 1
     assert "--row" in missing_row.err and "sent" in missing_row.err
+
+
+@pytest.mark.fit
+def test_an_exported_checkpoint_is_smaller_translates_and_starts_a_stage_of_a_run(fitted, workdir):
+    """`docmt export --dtype bfloat16`: no optimizer state, halved weights; it serves `translate`
+    and a stage's `init_from` like the checkpoint it came from (the demo's shipped model)."""
+    config, run_dir = fitted
+    checkpoint = Path(read_json(run_dir / "run.json")["checkpoint"])
+    exported = workdir / "exported.ckpt"
+    outcome = docmt("export", checkpoint, "--out", exported, "--dtype", "bfloat16")
+    assert outcome.code == 0, outcome.err
+    state = torch.load(exported, weights_only=True)
+    assert "optimizer_states" not in state and state["exported_dtype"] == "bfloat16"
+    floats = [t for t in state["state_dict"].values() if t.is_floating_point()]
+    assert floats and {t.dtype for t in floats} == {torch.bfloat16}
+    original = torch.load(checkpoint, weights_only=True)["state_dict"].values()
+    assert 2 * sum(t.nbytes for t in floats) == sum(t.nbytes for t in original if t.is_floating_point())
+    assert exported.stat().st_size < checkpoint.stat().st_size
+    plain = workdir / "one.txt"
+    plain.write_text(sources_of_test_split()[0][0] + "\n", encoding="utf-8")
+    assert docmt("translate", "--ckpt", exported, "--input", plain, "--output", workdir / "one.out").code == 0
+    further = ["train.stages.more={arch: transformer, max_steps: 2, val_every_steps: 2, init_from: "
+               f"{exported}}}", "train.schedule=[more]"]
+    assert docmt("fit", config, "--profile", "tiny", *further).code == 0
+
+
+@pytest.mark.fit
+def test_a_stage_refuses_a_checkpoint_built_on_other_vocabularies(fitted, workdir):
+    config, run_dir = fitted
+    state = torch.load(read_json(run_dir / "run.json")["checkpoint"], weights_only=True)
+    name = next(iter(state[VOCAB_KEY]))
+    state[VOCAB_KEY][name] = state[VOCAB_KEY][name] + b"\n"  # a vocabulary file that differs
+    other = workdir / "other_vocab.ckpt"
+    torch.save(state, other)
+    outcome = docmt("fit", config, "--profile", "tiny", "train.schedule=[more]",
+                    f"train.stages.more={{arch: transformer, max_steps: 2, init_from: {other}}}")
+    assert outcome.code == 2 and len(outcome.err.strip().splitlines()) == 1
+    assert "vocabularies are not the ones this run built" in outcome.err and str(other) in outcome.err
