@@ -99,4 +99,6 @@ def test_a_finished_row_of_other_code_is_reported_when_reused(workdir, capsys):
     metrics["env/code"] = "0123456789abcdef"
     metrics_file.write_text(json.dumps(metrics))
     stale = docmt("table", table, "--profile", "tiny", "--results", results)
-    assert stale.code == 0 and "computed by other code (fingerprint 0123456789abcdef" in stale.out
+    assert stale.code == 0 and len([line for line in stale.out.splitlines() if "other code" in line]) == 1
+    assert "prov: 1 finished run(s) computed by other code are reused as recorded (fingerprint 0123456789abcdef (1)" \
+        in stale.out

@@ -63,7 +63,7 @@ def fit_command(args: argparse.Namespace) -> int:
     A table row is written where `docmt table` looks for it (`results/<table>/<row>/seed<S>/`), so
     rows launched one by one (e.g. from `docmt table --dry-run` on a cluster) fill the same table.
     """
-    from lightning_docmt.distributed import is_global_zero
+    from lightning_docmt.distributed import is_global_zero, progress
     from lightning_docmt.tables import runner as tables
     from lightning_docmt.tables.spec import load_table
     from lightning_docmt.training.run import fit_run
@@ -80,7 +80,9 @@ def fit_command(args: argparse.Namespace) -> int:
         return 0
     table = load_table(Path(args.config))
     run_dir = tables.run_dir_for(args.results, table.id, args.row, cfg.train.seed)
-    tables.check_reusable(cfg, run_dir)  # the overrides may make it another config than the finished run's
+    note = tables.other_code_note([tables.check_reusable(cfg, run_dir)])  # the overrides may make it another
+    if note and is_global_zero():  # config than the finished run's
+        progress(f"{run_dir}: {note}")
     record = tables.execute_run(cfg, run_dir, _row_runner(table), row=args.row, seed=cfg.train.seed)
     if record.error:
         raise DocMTInputError(f"row '{args.row}' failed: {record.error} (log: {record.log_path})")

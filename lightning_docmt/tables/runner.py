@@ -41,6 +41,7 @@ import shlex
 import sys
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
@@ -140,8 +141,9 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
                                                                device=device))
     if run_row is None:
         raise ValueError("run_table needs a run_row function unless dry_run is set")
-    for planned in plan:
-        check_reusable(planned.cfg, planned.run_dir)
+    note = other_code_note([check_reusable(planned.cfg, planned.run_dir) for planned in plan])
+    if note and is_global_zero():
+        progress(f"{table.id}: {note}")
     records = [execute_run(planned.cfg, planned.run_dir, run_row, row=planned.row.name,
                            seed=planned.seed) for planned in plan]
     if not is_global_zero():
@@ -255,10 +257,11 @@ def _record_on_disk(row: str, seed: int, run_dir: Path) -> RunRecord:
     return RunRecord(row=row, seed=seed, run_dir=run_dir, status=INCOMPLETE, log_path=log_path)
 
 
-def check_reusable(cfg: DictConfig, run_dir: Path) -> None:
+def check_reusable(cfg: DictConfig, run_dir: Path) -> str | None:
     """A finished run in `run_dir` is reused only if its saved config matches `cfg` (outside
-    REUSE_IGNORED_KEYS and the keys inert in both, `schema.inert_keys`); one that other code
-    produced is reused with a warning naming the code it came from. A key that the saved config
+    REUSE_IGNORED_KEYS and the keys inert in both, `schema.inert_keys`); returns the fingerprint of
+    the code that computed it when that is other code (the caller says so, `other_code_note`), else
+    None. A key that the saved config
     lacks is an option added to the code since the run: the run was made as if at the option's
     default in code, so the key differs only where `cfg` sets it to something else (else every
     new option would orphan the archive of measured runs, or a table that turns a new option on
@@ -267,11 +270,8 @@ def check_reusable(cfg: DictConfig, run_dir: Path) -> None:
     row's config)."""
     saved_path = run_dir / CONFIG_FILENAME
     if not ((run_dir / METRICS_FILE).is_file() and saved_path.is_file()):
-        return
+        return None
     recorded = _read_json(run_dir / METRICS_FILE).get(f"{ENV_PREFIX}code")
-    if recorded != code_fingerprint() and is_global_zero():
-        progress(f"warning: {run_dir} was computed by other code (fingerprint {recorded}, now "
-                 f"{code_fingerprint()}); its numbers are reused: delete the folder to recompute them")
     saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
     saved.pop(RESOLVED_KEY, None)
     now = _flatten(OmegaConf.to_container(cfg, resolve=True))
@@ -289,6 +289,19 @@ def check_reusable(cfg: DictConfig, run_dir: Path) -> None:
         raise DocMTInputError(f"holds a finished run of another config: {shown}; delete the folder "
                               "to run it again, or choose another results directory",
                               path=run_dir)
+    return recorded if recorded != code_fingerprint() else None
+
+
+def other_code_note(fingerprints: Sequence[str | None]) -> str | None:
+    """One line on the finished runs reused although other code computed them (an archive filled
+    over several versions is the normal case): how many, by which code; None when there are none."""
+    counts = Counter(f for f in fingerprints if f is not None)
+    if not counts:
+        return None
+    made = ", ".join(f"{fingerprint} ({n})" for fingerprint, n in sorted(counts.items()))
+    return (f"{sum(counts.values())} finished run(s) computed by other code are reused as recorded "
+            f"(fingerprint {made}; now {code_fingerprint()}); the report lists the code of every run, "
+            "and deleting a run's folder recomputes it")
 
 
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
