@@ -80,7 +80,8 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
     not_run = [s.row.name for s in summaries if s.status == "not run"]
     if not_run:
         lines += ["", "Not run: " + ", ".join(f"`{name}`" for name in not_run) + "."]
-    lines += per_seed_section(shown, marked, significance)
+    lines += per_seed_section(shown, marked if marked in table.metrics else table.metrics[0], significance,
+                              tested=table.baseline is not None)
     failures = [r for s in summaries for r in s.records if r.status == FAILED]
     if failures:
         lines += ["", "Failed runs:", ""]
@@ -115,21 +116,24 @@ def change_cell(effect: Any, digits: int, *, baseline: bool) -> str:
     return f"{effect.mean:+.{digits}f}{spread}"
 
 
-def per_seed_section(summaries: Sequence[RowSummary], metric: str, significance: Significance) -> list[str]:
-    """A Markdown table of `metric` per seed, with each seed's p-value against the baseline."""
+def per_seed_section(summaries: Sequence[RowSummary], metric: str, significance: Significance, *,
+                     tested: bool) -> list[str]:
+    """A Markdown table of `metric` per seed; with `tested` (a baseline row), each seed's p-value
+    against the baseline."""
     seeds = sorted({r.seed for s in summaries for r in s.records if r.succeeded})
     if not seeds:
         return []
     digits = decimals(metric)
-    lines = ["", f"{metric} per seed (p: paired bootstrap against the baseline row, seed by seed):", "",
-             "| Row | " + " | ".join(f"seed {seed}" for seed in seeds) + " | p |",
-             "|---|" + "---:|" * (len(seeds) + 1)]
+    explained = " (p: paired bootstrap against the baseline row, seed by seed)" if tested else ""
+    lines = ["", f"{metric} per seed{explained}:", "",
+             "| Row | " + " | ".join(f"seed {seed}" for seed in seeds) + (" | p |" if tested else " |"),
+             "|---|" + "---:|" * (len(seeds) + tested)]
     for summary in summaries:
         values = seed_values(summary, metric)
         cells = [number_cell(values[seed], digits) if seed in values else "n/a" for seed in seeds]
-        p_values = significance.get(summary.row.name, ("", ()))[1]
-        lines.append(f"| {summary.row.name} | " + " | ".join(cells) + " | "
-                     + (", ".join(f"{p:.3f}" for p in p_values) or "—") + " |")
+        if tested:
+            cells.append(", ".join(f"{p:.3f}" for p in significance.get(summary.row.name, ("", ()))[1]) or "—")
+        lines.append(f"| {summary.row.name} | " + " | ".join(cells) + " |")
     return lines
 
 

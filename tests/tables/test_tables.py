@@ -135,7 +135,7 @@ def test_table_markdown_and_csv_hold_mean_std_per_seed_values_and_paper_numbers(
     assert rows[("broken", "test/bleu")]["n"] == "0" and rows[("broken", "test/bleu")]["mean"] == ""
     broken_log = out / "broken" / "seed1" / "log.txt"
     assert f"- `broken` seed 1: RuntimeError: boom (log: `{broken_log}`)" in markdown
-    assert "| small | 11.00 | 12.00 | — |" in markdown  # test/bleu per seed
+    assert "| small | 11.00 | 12.00 |\n" in markdown  # test/bleu per seed; no baseline, no p-values
     assert "nrefs:1|tok:13a" in markdown and "table note" in markdown and "row note" in markdown
     assert "Profile: tiny. BLEU, chrF, d-BLEU and METEOR are case-sensitive (cased)." in markdown
     for png in ("table.png", "curves.png"):
