@@ -127,9 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the docmt fit command of every run, train nothing")
     p.add_argument("--results", default="results", help="the folder of the table's runs and reports")
 
-    p = sub.add_parser("demo", help="the demo table on the Bible corpus at the cpu profile, on a "
-                                     "15-minute budget (lightning_docmt/cli/demo.py)")
-    p.add_argument("--quick", action="store_true", help="a smoke run of every row (about 7 minutes): untrained models")
+    p = sub.add_parser("demo", help="the demo table's question (does the previous sentence help, and is it "
+                                     "read?) answered by trained models in about 15 minutes on 2 cores "
+                                     "(lightning_docmt/cli/demo.py)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--from-scratch", action="store_true", help="train the shared sentence model too "
+                     "instead of starting from the shipped one (adds most of an hour on 2 cores)")
+    how.add_argument("--quick", action="store_true", help="a smoke run of every row (a few minutes): "
+                     "untrained models")
 
     p = sub.add_parser("bench", help="benchmarks; print measured ratios")
     p.add_argument("--only", help="comma-separated benchmarks (data_scale, training_step, zhang_efficiency); "
