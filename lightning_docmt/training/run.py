@@ -57,7 +57,7 @@ from lightning_docmt.provenance import environment_record, resolved_device
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.speed import TRAIN_SPEED_KEY, rate, train_speed_metrics
 from lightning_docmt.training.stage_start import first_damage, initial_damage
-from lightning_docmt.training.stage_summary import stage_summary
+from lightning_docmt.training.stage_summary import context_usage_line, decoded_split_line, stage_summary
 from lightning_docmt.training.stages import check_stages, resolved_settings, stage_config, stage_key
 from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric
 from lightning_docmt.training.update_size import update_size
@@ -370,8 +370,11 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
     load_weights(module, checkpoint)
     module.output_dir = out_dir
     trainer, _ = build_trainer(cfg, None, out_dir / "test", for_test=True)
+    started = time.time()
     results = trainer.test(module, datamodule=datamodule, verbose=False)
     scores: dict[str, float | str] = {k: float(v) for k, v in results[0].items()} if results else {}
+    if is_global_zero():
+        progress(decoded_split_line(scores, cfg.data.report_split, time.time() - started))
     scores.update(train_speed_metrics(checkpoint))
     settings = resolved_settings(cfg)
     scores.update(environment_record(**settings))
@@ -384,10 +387,12 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
         model = LoadedModel(module.model, cfg, datamodule.src_vocab, datamodule.tgt_vocab)
         scores.update(suite_metrics(model, suites))
         if cfg.eval.context_usage and not type(module.model).carries_state:  # else the test loop's
+            started = time.time()
             scores.update(context_usage_metrics(model, datamodule.split("test"),
                                                 datamodule.references("test"),
                                                 bleu_tokenizer(cfg.eval, cfg.data), decode=True,
                                                 precision=settings["precision"], own_targets=own_targets))
+            progress(context_usage_line(scores, time.time() - started))
     return reported_on_valid(scores, out_dir) if cfg.data.report_split == "valid" else scores
 
 
