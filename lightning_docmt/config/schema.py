@@ -81,6 +81,22 @@ class ContextConfig:
 
 
 @dataclass
+class MixConfig:
+    """A second corpus whose training documents share every training batch with the training
+    split (`data/mix_sampler.py`, docs/design.md section 5): Donato, Yu & Dyer 2021, Table 6, the
+    out-of-domain News Commentary documents of IWSLT+ (docs/papers/donato2021.md, reading D25).
+
+    `share` is the in-domain part of each batch's target tokens; 1 trains on the in-domain
+    documents alone. Valid and test never read `corpus`. The vocabulary is learnt from the training
+    documents of both corpora whatever the share, so that a stage at share 1 and one mixed can
+    start from each other.
+    """
+
+    corpus: Optional[str] = None  # a corpus spec; its documents labelled train or unlabelled are read
+    share: float = 1.0  # in (0, 1]
+
+
+@dataclass
 class DataConfig:
     """Corpora and batching.
 
@@ -110,6 +126,7 @@ class DataConfig:
     report_split: str = "test"
     src_lang: Optional[str] = None  # ISO 639-1; None: the pair the corpus spec names (bible:zh-en)
     tgt_lang: Optional[str] = None
+    mix: MixConfig = field(default_factory=MixConfig)  # out-of-domain documents in every training batch
 
 
 @dataclass

@@ -6,7 +6,9 @@ maps (and builds what is missing, under the same locks, when `prepare_data` did 
 DDP rank and DataLoader worker shares the page cache instead of holding the corpus.
 
 Samplers: training uses `TokenBudgetBatchSampler` (or `DocumentOrderBatchSampler` with
-`data.document_order`), evaluation the same classes unshuffled and without repeats. Ranks come
+`data.document_order`, or `MixedBatchSampler` with `data.mix.share` below 1), evaluation the
+same classes unshuffled and without repeats. With `data.mix.corpus` the training split holds the
+out-of-domain documents after the in-domain ones; only the mixed sampler reads them. Ranks come
 from the attached trainer, else from the constructor. The samplers shard by themselves, and being
 `DistributedSampler`s they are left in place by Lightning whatever `use_distributed_sampler` says.
 
@@ -31,7 +33,8 @@ from lightning_docmt.config.schema import ContextConfig, DataConfig, VocabConfig
 from lightning_docmt.data.cache import BinarizedSplit, load_cache
 from lightning_docmt.data.collate import WindowDataset, row_lengths
 from lightning_docmt.data.doc_sampler import DocumentOrderBatchSampler
-from lightning_docmt.data.prepare import build_caches, cache_layout
+from lightning_docmt.data.mix_sampler import MixedBatchSampler
+from lightning_docmt.data.prepare import IN_DOMAIN_DOCUMENTS, build_caches, cache_layout
 from lightning_docmt.data.sampler import ShardedBatchSampler, TokenBudgetBatchSampler
 from lightning_docmt.data.streams import retokenised_arrays
 from lightning_docmt.data.tokenizers import ExternalTokenizer, external_tokenizer, stream_tokenizers
@@ -113,6 +116,40 @@ class DocumentWindowDataModule(pl.LightningDataModule):
         return TokenBudgetBatchSampler(indices, sizes, budget,
                                        bucket_width=self.data_cfg.bucket_width, **common)
 
+    def _mixed_sampler(self, split: BinarizedSplit, own: np.ndarray, other: np.ndarray
+                       ) -> MixedBatchSampler:
+        rank, world = self._dist()
+        return MixedBatchSampler(own, row_lengths(split, self.window, own), other,
+                                 row_lengths(split, self.window, other), self.data_cfg.mix.share,
+                                 self.data_cfg.max_tokens, bucket_width=self.data_cfg.bucket_width,
+                                 num_replicas=world, rank=rank, seed=self.seed)
+
+    def training_targets(self) -> tuple[np.ndarray, np.ndarray]:
+        """The training split's targets of the in-domain documents and of the out-of-domain ones
+        (`data.mix.corpus`; none without it)."""
+        split = self.split("train")
+        first = split.doc_offsets[split.meta.get(IN_DOMAIN_DOCUMENTS, split.n_documents)]
+        targets = np.asarray(split.targets)
+        return targets[targets < first], targets[targets >= first]
+
+    def mixed(self) -> bool:
+        """Whether training batches draw out-of-domain documents (`data.mix.share` below 1)."""
+        return self.data_cfg.mix.share < 1.0
+
+    def training_pairs(self) -> dict[str, Any]:
+        """What the training batches draw from: `train_pairs` (the sentence pairs) and, with
+        `data.mix.corpus`, `mix`: the corpus, the share asked for, the in-domain share of the
+        target tokens that the batches of the epochs begun so far hold (`realised_share`, 1
+        unmixed) and each side's pairs."""
+        own, other = self.training_targets()
+        if self.data_cfg.mix.corpus is None:
+            return {"train_pairs": len(own)}
+        realised = self._train_sampler.in_domain_share(range(self._train_sampler.epoch + 1)) if self.mixed() else 1.0
+        return {"train_pairs": len(own) + (len(other) if self.mixed() else 0),
+                "mix": {"corpus": self.data_cfg.mix.corpus, "share": self.data_cfg.mix.share,
+                        "realised_share": realised, "in_domain_pairs": len(own),
+                        "out_of_domain_pairs": len(other)}}
+
     def _loader(self, split: BinarizedSplit, sampler: ShardedBatchSampler) -> DataLoader:
         workers = self.data_cfg.num_workers
         # A generator of its own: starting an iteration draws the workers' base seed from it, not
@@ -123,7 +160,9 @@ class DocumentWindowDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         split = self.split("train")
-        sampler = self._sampler(split, np.asarray(split.targets), train=True)
+        own, other = self.training_targets()
+        sampler = (self._mixed_sampler(split, own, other) if self.mixed()
+                   else self._sampler(split, own, train=True))
         if self._pending_state is not None:
             sampler.load_state_dict(self._pending_state)
             self._pending_state = None

@@ -13,7 +13,10 @@ streams' windows, which are cut when a batch is collated.
 The vocabulary is learnt from the whole training split, whatever `data.train_fraction` keeps: the
 stages of one run may train on different fractions (Zhang et al. 2018, Table 7: step 1 on
 D_s u D_d, step 2 on the subset D_d) and must share token ids, since a stage starts from its
-parent's embeddings.
+parent's embeddings. With `data.mix.corpus` the training split also holds that corpus' training
+documents, after the in-domain ones (their count is `in_domain_documents` in its `meta.json`), and
+the vocabulary is learnt from both, whatever `data.mix.share`: a stage on the in-domain documents
+alone and one fine-tuned on the mixture share token ids (Donato et al. 2021, Table 6, reading D25).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from lightning_docmt.errors import DocMTInputError
 Retokenised = Mapping[str, RetokenisedSide]
 """Array name -> what it holds: the streams' arrays of a split (`streams.retokenised_arrays`)."""
 
+IN_DOMAIN_DOCUMENTS = "in_domain_documents"  # meta.json of a mixed training split: how many come first
 STAT_KEYS = ("documents", "sentences", "src_tokens", "tgt_tokens", "src_subwords", "tgt_subwords",
              "filtered", "targets")
 
@@ -103,7 +107,10 @@ class _CorpusReader:
         return self._corpora[spec]
 
     def documents(self, source: SplitSource) -> list[Document]:
-        return source.select(self.corpus(source.spec))
+        """The split's documents: those `source` selects, then the training documents of its
+        out-of-domain corpus (`data.mix.corpus`) when it has one."""
+        mixed = source.out_of_domain()
+        return source.select(self.corpus(source.spec)) + (self.documents(mixed) if mixed else [])
 
 
 def build_caches(data: DataConfig, vocab: VocabConfig, external: ExternalTokenizer | None = None,
@@ -132,11 +139,12 @@ def build_caches(data: DataConfig, vocab: VocabConfig, external: ExternalTokeniz
 
         def build(tmp: Path, source: SplitSource = source) -> None:
             corpus = reader.corpus(source.spec)
-            build_cache(source.select(corpus), src_vocab, tgt_vocab, tmp,
+            meta = {"split": source.split, "spec": source.spec, "reader_skipped": corpus.skipped}
+            if source.mix is not None:  # the first documents are in-domain (data/mix_sampler.py)
+                meta |= {"mix": source.mix, IN_DOMAIN_DOCUMENTS: len(source.select(corpus))}
+            build_cache(reader.documents(source), src_vocab, tgt_vocab, tmp,
                         length_filter=_length_filter(data, source.split),
-                        keep_text=source.split != "train",
-                        extra_meta={"split": source.split, "spec": source.spec,
-                                    "reader_skipped": corpus.skipped},
+                        keep_text=source.split != "train", extra_meta=meta,
                         external=external,
                         retokenised={name: (r.side, r.tokenizer, r.replacement(source.split))
                                      for name, r in (retokenised or {}).items()})

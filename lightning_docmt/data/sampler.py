@@ -107,25 +107,53 @@ class ShardedBatchSampler(DistributedSampler):
         self.position = self._resume_at = position
 
 
+def split_largest(batches: list[np.ndarray]) -> bool:
+    """Split the batch with the most sentences into its two halves, in place (the budget holds for
+    both); False, and nothing split, when every batch is a single sentence."""
+    sizes = [len(b) for b in batches]
+    big = int(np.argmax(sizes))
+    if sizes[big] < 2:
+        return False
+    batches[big:big + 1] = [batches[big][:sizes[big] // 2], batches[big][sizes[big] // 2:]]
+    return True
+
+
 def shard(batches: list[np.ndarray], rank: int, world: int) -> list[np.ndarray]:
     """Batches rank, rank + world, ... after balancing the count to a multiple of `world` by
     splitting the largest batches (see the module docstring)."""
     batches = list(batches)
     while batches and len(batches) % world:
-        sizes = [len(b) for b in batches]
-        big = int(np.argmax(sizes))
-        if sizes[big] < 2:  # only single sentences left to split: repeat some
+        if not split_largest(batches):  # only single sentences left to split: repeat some
             total = math.ceil(len(batches) / world) * world
             batches = [batches[i % len(batches)] for i in range(total)]
             break
-        batches[big:big + 1] = [batches[big][:sizes[big] // 2], batches[big][sizes[big] // 2:]]
     return batches[rank::world]
+
+
+def bucketed(sizes: np.ndarray, bucket_width: int) -> np.ndarray:
+    """The row lengths the budget counts: rounded up to a multiple of `bucket_width` when > 0."""
+    keys = np.asarray(sizes)
+    return -(-keys // bucket_width) * bucket_width if bucket_width > 0 else keys
+
+
+def key_ranks(keys: np.ndarray) -> np.ndarray:
+    """(n,) int32: the rank of each column of (n_keys, n) `keys` among its distinct columns, in
+    lexicographic order, first row the primary key (equal keys, equal ranks)."""
+    order = np.lexsort(keys[::-1])
+    ranks = np.empty(len(order), dtype=np.int32)
+    ranks[order] = run_ids(key_runs(keys[:, order]), len(order))
+    return ranks
 
 
 def key_runs(sorted_keys: np.ndarray) -> np.ndarray:
     """Start of every run of identical columns in (n_keys, n) sorted keys, (n_runs,) int64."""
     change = np.any(sorted_keys[:, 1:] != sorted_keys[:, :-1], axis=0)
     return np.flatnonzero(np.concatenate(([True], change)))
+
+
+def run_ids(starts: np.ndarray, n: int) -> np.ndarray:
+    """(n,) int32: the run each of n sorted items is in, from the runs' starts (`key_runs`)."""
+    return np.repeat(np.arange(len(starts), dtype=np.int32), np.diff(np.append(starts, n)))
 
 
 def pack_greedy(sorted_sizes: np.ndarray, max_tokens: int, starts: np.ndarray | None = None,
@@ -172,17 +200,14 @@ class TokenBudgetBatchSampler(ShardedBatchSampler):
         super().__init__(**kwargs)
         if max_tokens < 1:
             raise ValueError("max_tokens must be positive")
-        keys = np.asarray(sizes)
-        if bucket_width > 0:
-            keys = -(-keys // bucket_width) * bucket_width
+        keys = bucketed(sizes, bucket_width)
         order = np.lexsort(keys[::-1])  # first row is the primary key
         sorted_keys = keys[:, order]
         indices = np.asarray(indices)
         small = len(indices) == 0 or indices.max() < np.iinfo(np.int32).max
         self._sorted = indices.astype(np.int32 if small else np.int64)[order]
         starts = key_runs(sorted_keys)
-        runs = np.diff(np.append(starts, len(order)))
-        self._group = np.repeat(np.arange(len(runs), dtype=np.int32), runs)  # equal-key runs
+        self._group = run_ids(starts, len(order))  # equal-key runs
         self._bounds = pack_greedy(sorted_keys, max_tokens, starts)
 
     @property

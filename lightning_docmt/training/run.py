@@ -3,7 +3,9 @@
 `fit_run(cfg)` creates the run directory (with the resolved `config.yaml`), runs the stages listed in
 `train.schedule`, then tests the final model and writes `metrics.json`: the test loop's metrics, the
 final stage's training throughput and the test decoding speed (`speed.py`), the sentence pairs
-the final stage trained on (`data/train_pairs`: a data-size curve's x), and the accuracies on
+the final stage trained on (`data/train_pairs`: a data-size curve's x), with `data.mix.corpus` the
+in-domain share of its training batches' target tokens (`data/mix_share`; the stage's `done.json`
+records its `mix`: the share asked for, that realised, the pairs of each corpus), and the accuracies on
 the contrastive suites of `eval.contrastive` (`evaluation/contrastive_scoring.py`; read before any
 training, so that a bad entry fails first).
 
@@ -64,6 +66,7 @@ from lightning_docmt.training.update_size import update_size
 
 STAGE_MARKER = "stage.json"  # {"key": stage key, start NLLs} in a stage's run directory: what may resume there
 TRAIN_PAIRS = "data/train_pairs"  # metrics.json: the sentence pairs of the last stage's training split
+MIX_SHARE = "data/mix_share"  # metrics.json: the in-domain share of the last stage's training target tokens (data.mix)
 RUN_DIR_VARIABLE = "DOCMT_RUN_DIR"  # rank zero's run directory, inherited by the ranks it launches
 
 
@@ -206,7 +209,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
                 "best_score": _scalar(best_score),
                 "validation": validation_curve(stage_dir, monitor_metric(scfg)[0]),
                 "update": size.record(), "lr": lr_record.records,
-                "train_pairs": len(datamodule.split("train").targets), **start}
+                **datamodule.training_pairs(), **start}
         done.write_text(json.dumps(info, indent=1) + "\n")
         speed = final.get(TRAIN_SPEED_KEY)
         progress(stage_summary(info, monitor_metric(scfg)[0],
@@ -339,6 +342,8 @@ def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = Fa
     scores.update(first_damage(records))
     if "train_pairs" in records[-1]:  # stages trained before it was recorded lack it
         scores[TRAIN_PAIRS] = records[-1]["train_pairs"]
+    if "mix" in records[-1]:
+        scores[MIX_SHARE] = records[-1]["mix"]["realised_share"]
     record = {"checkpoint": str(final.checkpoint),
               "stages": {n: {"key": r.key, "reused": r.reused, "global_step": r.global_step,
                              "checkpoint": str(r.checkpoint)} for n, r in results.items()}}

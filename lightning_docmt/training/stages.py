@@ -21,6 +21,7 @@ from lightning_docmt.config import composition as config_lib
 from lightning_docmt.config.pretrained_files import pretrained_dir, weights_digest
 from lightning_docmt.config.registry import get_arch, model_config
 from lightning_docmt.config.schema import ContextConfig, RunConfig, inert_keys
+from lightning_docmt.data.splits import mixed_corpus
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.provenance import code_fingerprint, resolved_device
@@ -34,8 +35,8 @@ STAGE_FORMAT_VERSION = 1  # bump when a stage's checkpoint changes meaning for t
 
 def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     """The run config as seen by one stage: the stage's `data`, `optim` and `model` overrides,
-    its `val_every_steps` and `arch` applied (`model` deep-merged, e.g.
-    `{rl: {selection_cost: 0.02}}` keeps the other `rl` keys).
+    its `val_every_steps` and `arch` applied (`data` and `model` deep-merged, e.g.
+    `{rl: {selection_cost: 0.02}}` keeps the other `rl` keys, `{mix: {share: 0.5}}` the corpus).
 
     A stage with another architecture (stage 1 of Zhang's two-step is a `transformer`) keeps the
     run's shared sizes and drops the options its own config class does not have. A model that
@@ -49,7 +50,7 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     """
     stage = cfg.train.stages[name]
     container = OmegaConf.to_container(cfg, resolve=True)
-    container["data"].update(OmegaConf.to_container(stage.data, resolve=True))
+    container["data"] = OmegaConf.to_container(OmegaConf.merge(container["data"], stage.data), resolve=True)
     container["train"]["optim"].update(OmegaConf.to_container(stage.optim, resolve=True))
     if stage.val_every_steps is not None:
         if stage.val_every_steps < 1:
@@ -155,8 +156,9 @@ def resolved_settings(cfg: DictConfig) -> dict[str, str]:
 
 def check_stages(cfg: DictConfig) -> None:
     """Fail on a bad freezing policy (a trainable or milestone glob that matches nothing, a
-    milestone without lr), averaging setting, or a setting the model's training hooks cannot work
-    with (`optimizer_phases.check_training_hooks`) before any stage trains or anything is written.
+    milestone without lr), averaging setting, `data.mix` (`splits.mixed_corpus`), or a setting the
+    model's training hooks cannot work with (`optimizer_phases.check_training_hooks`) before any
+    stage trains or anything is written.
 
     The names come from each model class's `parameter_names` (by default the model built on the
     meta device with placeholder vocabulary sizes; a model wrapping a pretrained encoder answers
@@ -170,6 +172,7 @@ def check_stages(cfg: DictConfig) -> None:
         if scfg.data.max_documents < 1:
             raise DocMTInputError(f"data.max_documents must be at least 1, got "
                                   f"{scfg.data.max_documents}", key="data.max_documents")
+        mixed_corpus(scfg.data)  # a bad data.mix fails here, before the run directory exists
         policy = StagedUnfreezing.from_stage(name, scfg.train.stages[name])
         model_class, typed = get_arch(scfg.model.arch).model_class, model_config(scfg.model)
         names = model_class.parameter_names(typed)

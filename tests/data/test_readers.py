@@ -138,7 +138,21 @@ def test_bible_empty_verses_are_counted_not_lost():
     assert len(corpus.documents) == 1189
 
 
+def test_bible_testaments_keep_their_books_in_every_split(bible):
+    # KJV versification: the Old Testament 929 chapters / 23,145 verses, the New 260 / 7,957, less the
+    # WEB's 4 placeholders (all in the New); valid and test books as in test_bible_counts_and_book_split.
+    old, new = read_corpus("bible:en-fr?testament=ot"), read_corpus("bible:en-fr?testament=nt")
+    assert _counts(old) == (929, 23145) and _counts(new) == (260, 7953)
+    books = {(name, split): {d.doc_id.split(".")[0] for d in corpus.split(split)}
+             for name, corpus in (("old", old), ("new", new)) for split in ("valid", "test")}
+    assert books["old", "valid"] == {"Ruth", "Esth", "Jonah"} and books["old", "test"] == set()
+    assert books["new", "valid"] == {"Mark", "Rom", "Phil"} and books["new", "test"] == {"Acts", "1Cor"}
+    whole = {d.doc_id: d for d in bible.documents}
+    assert all(whole[d.doc_id] == d for d in old.documents + new.documents)  # the same text and split
+
+
 @pytest.mark.parametrize("spec, match", [
+    ("bible:en-fr?testament=apocrypha", "testament must be one of ot, nt, got 'apocrypha'"),
     ("bible:en-en", "language pair"),
     ("bible:en", "language pair"),
     ("bible:en-fr?src=segond", "is fr, not en"),

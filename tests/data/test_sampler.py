@@ -6,6 +6,7 @@ from torch.utils.data import DistributedSampler
 
 from lightning_docmt.data.doc_sampler import DocumentOrderBatchSampler
 from lightning_docmt.data.sampler import TokenBudgetBatchSampler, pack_greedy
+from tests.helpers.sampler_resume import interrupt_and_resume
 
 RNG = np.random.default_rng(0)
 N = 400
@@ -106,19 +107,8 @@ def test_fewer_batches_than_ranks_are_split_and_only_singletons_repeat():
 
 
 def test_resume_mid_epoch_gives_the_identical_remaining_batches():
-    reference = sampler(seed=5, num_replicas=2, rank=1)
-    reference.set_epoch(3)
-    full = epoch(reference)
-    interrupted = sampler(seed=5, num_replicas=2, rank=1)
-    interrupted.set_epoch(3)
-    it = iter(interrupted)
-    consumed = [next(it) for _ in range(4)]
-    state = interrupted.state_dict()
+    full, consumed, resumed, state = interrupt_and_resume(sampler, epoch=3, consumed=4)
     assert state == {"epoch": 3, "seed": 5, "position": 4, "num_replicas": 2}
-
-    resumed = sampler(seed=0, num_replicas=2, rank=1)  # seed and epoch come from the state
-    resumed.load_state_dict(state)
-    resumed.set_epoch(3)  # what Lightning does at the start of the resumed epoch
     assert consumed + epoch(resumed) == full
     assert epoch(resumed) == full  # later iterations start the epoch from its beginning
 

