@@ -6,13 +6,15 @@ and warnings that concern the user's data or settings. Hidden: Lightning's hardw
 available"), tips, "Seed set to", "`Trainer.fit` stopped", its model summary, the "directory exists
 and is not empty" warnings of its loggers and checkpoints (a resumed or reused run writes into its
 own directories on purpose), and third-party deprecation notices (about the libraries, not the
-run). sacreBLEU's warnings about the text it scores are kept but said once per process rather than
-at every validation. `docmt --verbose` shows everything, as the libraries print it.
+run), and wandb's lines about each run it starts (`WANDB_SILENT`). sacreBLEU's warnings about the
+text it scores are kept but said once per process rather than at every validation. `docmt
+--verbose` shows everything, as the libraries print it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 
 # Loggers whose INFO records are the libraries' banners and tips; their warnings still show. Lightning
@@ -23,7 +25,10 @@ SACREBLEU_LOGGER = "sacrebleu"
 # Warnings about run directories that the suite writes into again on purpose (resume, reuse).
 DIRECTORY_WARNINGS = r".*(exists and is not empty|directory .* is not empty).*"
 
+WANDB_SILENT = "WANDB_SILENT"  # wandb's own switch for the lines it prints (run started, where it writes)
+
 _verbose = False
+_silenced_wandb = False  # whether WANDB_SILENT is ours to take back
 
 
 def set_verbose(verbose: bool) -> None:
@@ -74,9 +79,23 @@ def apply_output_policy() -> None:
         if entry in warnings.filters:
             warnings.filters.remove(entry)
     _added_filters.clear()
+    _quiet_wandb(not _verbose)
     if _verbose:
         return
     sacrebleu.addFilter(_once)
     _ignore_warnings(message=DIRECTORY_WARNINGS)
     for category in (DeprecationWarning, FutureWarning):  # the libraries' own, not the suite's
         _ignore_warnings(category=category, module=r"(?!lightning_docmt)")
+
+
+def _quiet_wandb(quiet: bool) -> None:
+    """wandb prints a few lines per run (its version, offline mode, where it writes, a sync hint);
+    `WANDB_SILENT` turns them off unless the user set it either way."""
+    global _silenced_wandb
+    if quiet and WANDB_SILENT not in os.environ:
+        os.environ[WANDB_SILENT] = "true"
+        _silenced_wandb = True
+    elif not quiet and _silenced_wandb:
+        os.environ.pop(WANDB_SILENT, None)
+        _silenced_wandb = False
+

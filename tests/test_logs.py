@@ -4,6 +4,7 @@ sacreBLEU's warnings about the scored text are said once; `--verbose` brings eve
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 
 import lightning.pytorch  # noqa: F401  (sets its loggers to INFO, as a run does)
@@ -56,3 +57,14 @@ def test_sacrebleu_warnings_are_said_once_in_quiet_mode_and_every_time_in_verbos
         for _ in range(3):  # a message no real scoring says (those said before are not said again)
             sacrebleu.warning("tests/test_logs.py: the same warning three times")
         assert len(caplog.records) == expected
+
+
+def test_wandb_is_silenced_in_quiet_mode_unless_the_user_chose(policy, monkeypatch):
+    monkeypatch.delenv("WANDB_SILENT", raising=False)
+    policy(False)
+    assert os.environ["WANDB_SILENT"] == "true"
+    policy(True)
+    assert "WANDB_SILENT" not in os.environ  # ours to take back
+    monkeypatch.setenv("WANDB_SILENT", "false")  # the user's own choice is kept either way
+    policy(False)
+    assert os.environ["WANDB_SILENT"] == "false"

@@ -257,6 +257,9 @@ class EvalConfig:
     suites_dir: Optional[str] = None  # holds the published suites' folders (evaluation/named_suites.py)
     context_usage: bool = True  # CXMI and the random-context control on the test split
     # (evaluation/context_usage.py)
+    random_context_decodes: bool = True  # with context_usage, the random-context BLEU and its floor:
+    # three more beam searches of the test split; false keeps the teacher-forced passes (CXMI and
+    # random-context CXMI) only (`docmt demo`, for its budget)
 
 
 @dataclass

@@ -175,6 +175,9 @@ def context_usage_metrics(model: LoadedModel, split: BinarizedSplit, references:
     reads it, and `cxmi/gold_context` is the CXMI with the reference previous sentences instead.
     The random context comes from another collection's documents (`document_groups`)."""
     window = model.window
+    if not window.reads_context:  # its batches hold no context tensors: every pass gives the same
+        return {**dict.fromkeys(("cxmi", "cxmi/first", "cxmi/rest", "random_ctx/cxmi"), 0.0),
+                **({"random_ctx/bleu_delta": 0.0, "random_ctx/bleu_floor": 0.0} if decode else {})}
     max_tokens = int(model.cfg.data.eval_max_tokens)
     random_anchors = random_context(split.doc_offsets, *window.reach, RANDOM_CONTEXT_SEED,
                                     groups=document_groups(split.doc_ids))
@@ -194,9 +197,5 @@ def context_usage_metrics(model: LoadedModel, split: BinarizedSplit, references:
             gold = sentence_log_probs(model, split, [real_anchors], max_tokens)[0]
             scores["cxmi/gold_context"] = per_token_gain(gold, empty, everything)
         if decode:
-            # A model that reads no context gets batches without context tensors, the same under
-            # any anchors: decoding them again would reproduce its hypotheses exactly.
-            scores.update(random_context_bleu(model, read, real_anchors, random_anchors, references, tokenize)
-                          if window.reads_context else
-                          {"random_ctx/bleu_delta": 0.0, "random_ctx/bleu_floor": 0.0})
+            scores.update(random_context_bleu(model, read, real_anchors, random_anchors, references, tokenize))
     return scores

@@ -393,9 +393,9 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
         scores.update(suite_metrics(model, suites))
         if cfg.eval.context_usage and not type(module.model).carries_state:  # else the test loop's
             started = time.time()
-            scores.update(context_usage_metrics(model, datamodule.split("test"),
-                                                datamodule.references("test"),
-                                                bleu_tokenizer(cfg.eval, cfg.data), decode=True,
+            scores.update(context_usage_metrics(model, datamodule.split("test"), datamodule.references("test"),
+                                                bleu_tokenizer(cfg.eval, cfg.data),
+                                                decode=cfg.eval.random_context_decodes,
                                                 precision=settings["precision"], own_targets=own_targets))
             progress(context_usage_line(scores, time.time() - started))
     return reported_on_valid(scores, out_dir) if cfg.data.report_split == "valid" else scores
