@@ -72,6 +72,7 @@ from lightning_docmt.tables.summaries import (
 RunRow = Callable[[DictConfig, Path], Mapping[str, Any]]
 
 METRICS_FILE, ERROR_FILE, LOG_FILE = "metrics.json", "error.json", "log.txt"
+HEADLINE_METRICS = ("test/bleu", "test/chrf", "valid/bleu", "valid/chrf", "val/bleu")  # in a row's last line
 RUN_TIME_METRIC = "time/run_s"  # wall seconds of the last attempt: reused stages cost ~0
 ARCHIVE_DIRNAME = "measured"  # experiments/measured/: archived runs, not experiment files
 # Keys that do not change a run's numbers: a finished run composed with other values here is reused.
@@ -225,8 +226,10 @@ def execute_run(cfg: DictConfig, run_dir: Path, run_row: RunRow, *, row: str, se
             return RunRecord(row=row, seed=seed, run_dir=run_dir, status=FAILED, error=error,
                              log_path=log_path)
         metrics[RUN_TIME_METRIC] = round(time.monotonic() - started, 1)
-        print(f"[{cfg.logging.group}] row {row}, seed {seed} finished in "
-              f"{metrics[RUN_TIME_METRIC]:.1f} s: {metrics}", flush=True)
+        scores = ", ".join(f"{key} {value:.2f}" for key, value in metrics.items()
+                           if key.endswith(HEADLINE_METRICS) and isinstance(value, float))
+        print(f"[{cfg.logging.group}] row {row}, seed {seed} finished in {metrics[RUN_TIME_METRIC]:.1f} s"
+              f"{': ' + scores if scores else ''} (every metric: {run_dir / METRICS_FILE})", flush=True)
     _write_json(run_dir / METRICS_FILE, metrics)
     return RunRecord(row=row, seed=seed, run_dir=run_dir, status=DONE, metrics=metrics,
                      log_path=log_path)

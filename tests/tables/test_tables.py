@@ -84,6 +84,9 @@ def test_runs_every_row_and_seed_and_a_failure_does_not_stop_the_others(table_fi
         assert (saved.logging.name, saved.train.seed) == ("small", seed)
         assert {k: metrics[k] for k in ("test/bleu", "test/chrf")} == expected_metrics("small", seed)
         assert 0 <= metrics["time/run_s"] < 60  # the run's wall time, recorded beside its scores
+        last_line = (run_dir / "log.txt").read_text().strip().splitlines()[-1]
+        assert last_line.endswith(f": test/bleu {10.0 + seed:.2f}, test/chrf {30.0 + seed / 4:.2f} "
+                                  f"(every metric: {run_dir / 'metrics.json'})")
         broken_dir = tmp_path / "results" / "unit.t1" / "broken" / f"seed{seed}"
         assert not (broken_dir / "metrics.json").exists()
         error = json.loads((broken_dir / "error.json").read_text())
