@@ -5,7 +5,9 @@ The command table that maps names to these functions is `lightning_docmt.cli.COM
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 from pathlib import Path
 
 from lightning_docmt.cli.output import print_json, print_mapping
@@ -141,7 +143,9 @@ def test_command(args: argparse.Namespace) -> int:
     if not ckpt.is_file():
         raise DocMTInputError("no such checkpoint", path=ckpt)
     device = inference_device(args.device) if args.device is not None else None
-    scores = test_checkpoint(cfg, ckpt, run_dir, device=device)
+    # with --json, standard output holds the JSON object alone: what the test passes say goes to stderr
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        scores = test_checkpoint(cfg, ckpt, run_dir, device=device)
     if is_global_zero():  # the run's other DDP ranks run the same command
         print_mapping(scores, as_json=args.json)
     return 0

@@ -99,6 +99,7 @@ def test_test_command_prints_the_metrics_of_the_run(fitted):
     _, run_dir = fitted
     outcome = docmt("test", run_dir, "--json")
     assert outcome.code == 0, outcome.err
+    assert "test split decoded" in outcome.err  # what the run says, kept out of the JSON
     assert without_timing(json.loads(outcome.out)) == without_timing(read_json(run_dir / "metrics.json"))
 
 
