@@ -90,6 +90,10 @@ class Panel:
     def has_paper(self) -> bool:
         return any(e.paper is not None for e in self.effects)
 
+    def effect_of(self, row: str) -> Effect | None:
+        """The row's bar; None for a row without one (no finished run, or the baseline itself)."""
+        return next((e for e in self.effects if e.row == row), None)
+
 
 def metric_panel(summaries: Sequence[RowSummary], metric: str, baseline: str | None) -> Panel:
     """The rows with finished runs, as changes against `baseline` when the metric is a score and the

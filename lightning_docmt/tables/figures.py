@@ -31,9 +31,9 @@ LEGEND = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=
 def write_table_figures(table: Table, summaries: Sequence[RowSummary], marks: Mapping[str, str],
                         out_dir: Path) -> dict[str, Path]:
     """`table.png` and `curves.png` of a table in `out_dir`; `marks`: row -> significance mark."""
-    shown = [s for s in summaries if s.status != "not run"]
+    shown = [s for s in summaries if s.ran]
     panels = [metric_panel(shown, metric, table.baseline) for metric in table.metrics]
-    not_run = [s.row.name for s in summaries if s.status == "not run"]
+    not_run = [s.row.name for s in summaries if not s.ran]
     curves = learning_curves([r for s in shown for r in s.records])
     return {"png": write_effects_chart(table.title, panels, not_run, out_dir / "table.png", marks=marks,
                                        marked_metric=marked_metric(table)),

@@ -213,7 +213,7 @@ def write_grid(grid: Grid, results_dir: str | Path, seeds: Sequence[int] | None 
 def _write_chart(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:
     """`table.png`: per metric, each part's rows as its own table's figure shows them (changes
     against the part's baseline for a score, tables/effects.py), the parts side by side."""
-    parts = [(line.part.name, [metric_panel([s for s in line.results.summaries if s.status != "not run"],
+    parts = [(line.part.name, [metric_panel([s for s in line.results.summaries if s.ran],
                                             metric, line.part.table.baseline) for metric in grid.metrics])
              for line in lines]
     marks = {line.part.name: {row: t.mark for row, t in line.tested.items()} for line in lines}

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.provenance import ENV_PREFIX
 from lightning_docmt.tables import contrastive_columns
-from lightning_docmt.tables.effects import metric_panel, seed_values
+from lightning_docmt.tables.effects import Effect, metric_panel, seed_values
 from lightning_docmt.tables.spec import Table
 from lightning_docmt.tables.summaries import FAILED, MetricSummary, RowSummary, RunRecord
 
@@ -42,13 +42,14 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
     change; rows not run are named in one line; per-seed values and p-values of the marked metric."""
     significance = significance or {}
     marked = marked_metric(table)
-    shown = [s for s in summaries if s.status != "not run"]
+    shown = [s for s in summaries if s.ran]
     panels = {metric: metric_panel(shown, metric, table.baseline) for metric in table.metrics}
+    with_paper = {metric for metric in table.metrics if any(s.metrics[metric].paper is not None for s in summaries)}
     header = ["Row"]
     for metric in table.metrics:
         header.append(metric)
         header += ["Δ base"] if panels[metric].against else []
-        if any(s.metrics[metric].paper is not None for s in summaries):
+        if metric in with_paper:
             header += ["paper"] + (["paper Δ"] if panels[metric].against else [])
     header.append("Status")
     explained = (f" Δ base: the row minus the baseline row `{table.baseline}`, seed by seed (mean ± sd "
@@ -66,10 +67,10 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
             m, digits, column = summary.metrics[metric], decimals(metric), panels[metric]
             mark = significance.get(summary.row.name, ("", ()))[0] if metric == marked else ""
             cells.append(ours_cell(m, digits) + (f" {mark}" if mark else ""))
-            effect = next((e for e in column.effects if e.row == summary.row.name), None)
+            effect = column.effect_of(summary.row.name)
             if column.against:
                 cells.append(change_cell(effect, digits, baseline=summary.row.name == table.baseline))
-            if any(s.metrics[metric].paper is not None for s in summaries):
+            if metric in with_paper:
                 cells.append(number_cell(m.paper, digits))
                 if column.against:
                     paper_change = effect.paper if effect is not None else None
@@ -77,7 +78,7 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
                                  else number_cell(paper_change, digits, signed=True))
         cells.append(summary.status)
         lines.append("| " + " | ".join(cells) + " |")
-    not_run = [s.row.name for s in summaries if s.status == "not run"]
+    not_run = [s.row.name for s in summaries if not s.ran]
     if not_run:
         lines += ["", "Not run: " + ", ".join(f"`{name}`" for name in not_run) + "."]
     lines += per_seed_section(shown, marked if marked in table.metrics else table.metrics[0], significance,
@@ -106,8 +107,8 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
     return path
 
 
-def change_cell(effect: Any, digits: int, *, baseline: bool) -> str:
-    """`+0.05 ± 0.10`: an `effects.Effect`'s mean and sd; `—` on the baseline row itself."""
+def change_cell(effect: Effect | None, digits: int, *, baseline: bool) -> str:
+    """`+0.05 ± 0.10`: an effect's mean and sd; `—` on the baseline row itself."""
     if baseline:
         return "—"
     if effect is None:
@@ -178,7 +179,7 @@ def write_csv(table: Table, summaries: Sequence[RowSummary], path: Path, *,
         for summary in summaries:
             for metric in table.metrics:
                 m = summary.metrics[metric]
-                effect = next((e for e in panels[metric].effects if e.row == summary.row.name), None)
+                effect = panels[metric].effect_of(summary.row.name)
                 changed = effect is not None and panels[metric].against is not None
                 mark, p_values = (significance.get(summary.row.name, ("", ()))
                                   if metric == marked else ("", ()))

@@ -62,9 +62,14 @@ class RowSummary:
     metrics: dict[str, MetricSummary]
 
     @property
+    def ran(self) -> bool:
+        """Whether the row has runs on disk (finished or not); a report names the others once."""
+        return bool(self.records)
+
+    @property
     def status(self) -> str:
         finished = sum(r.succeeded for r in self.records)
-        if not self.records:
+        if not self.ran:
             return "not run"
         if finished == len(self.records):
             return "ok"
