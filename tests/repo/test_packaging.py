@@ -39,6 +39,8 @@ def test_the_wheel_ships_callbacks_experiments_and_benchmarks_inside_the_package
                     "lightning_docmt/config/profiles/cpu.yaml",
                     "lightning_docmt/config/arch/zhang_doc.yaml"):
         assert shipped in names, shipped
+    for init in sorted(REPO.glob("lightning_docmt/**/__init__.py")):  # every subpackage, e.g. pretraining
+        assert init.relative_to(REPO).as_posix() in names, init
     repo_yaml = {p.relative_to(EXPERIMENTS).as_posix() for p in experiment_files()}  # the archive stays out
     assert {n.removeprefix("lightning_docmt/experiments/") for n in names
             if n.startswith("lightning_docmt/experiments/") and n.endswith(".yaml")} == repo_yaml
