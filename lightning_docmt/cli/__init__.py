@@ -30,6 +30,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "export": commands.export_command,
     "pretrain": commands.pretrain_command,
     "table": commands.table_command,
+    "archive": commands.archive_command,
     "demo": demo.demo_command,
     "bench": commands.bench_command,
 }

@@ -180,6 +180,24 @@ def pretrain_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def archive_command(args: argparse.Namespace) -> int:
+    """Archive a table's finished runs (tables/archive.py) and print what was archived and left out."""
+    from lightning_docmt.tables.archive import archive_table
+
+    outcome = archive_table(Path(args.table), Path(args.results), Path(args.to), rows=args.rows,
+                            seeds=args.seeds)
+    for run in outcome.archived:
+        print(f"archived {run}")
+    for run in outcome.unfinished:
+        print(f"not finished, left out: {run}")
+    if not outcome.archived:
+        raise DocMTInputError(f"no finished run of the selected rows and seeds under "
+                              f"{Path(args.results) / outcome.table_id}", path=args.table)
+    if outcome.report is not None:
+        print(f"report: {outcome.report.outputs['md']}")
+    return 0
+
+
 def _row_runner(table):
     """What trains and scores one row: train + test, or train + valid for a selection table."""
     from lightning_docmt.training.run import run_metrics, run_validation_metrics

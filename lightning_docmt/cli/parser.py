@@ -127,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the docmt fit command of every run, train nothing")
     p.add_argument("--results", default="results", help="the folder of the table's runs and reports")
 
+    p = sub.add_parser("archive", help="copy a table's finished runs into the archive of measured runs "
+                                        "(no checkpoints, compressed outputs) and rebuild its report there")
+    p.add_argument("table", help="a table YAML (rows:)")
+    p.add_argument("--rows", default="all", help="comma-separated row names (default: all)")
+    p.add_argument("--seeds", type=seed_list, help="comma-separated seeds (default: every finished seed found)")
+    p.add_argument("--results", default="results", help="the folder the runs were written to (docmt table --results)")
+    p.add_argument("--to", default="experiments/measured", help="the archive (default: experiments/measured)")
+
     p = sub.add_parser("demo", help="the demo table's question (does the previous sentence help, and is it "
                                      "read?) answered by trained models in about 15 minutes on 2 cores "
                                      "(lightning_docmt/cli/demo.py)")

@@ -19,6 +19,7 @@ from typing import Optional
 
 from lightning_docmt.data.tokenizers import ExternalTokenizer
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.line_files import existing_line_file, read_lines
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class RetokenisedSide:
     def fingerprint(self, split: str) -> list[str]:
         """What the split's array depends on: side, tokenizer and the first-pass file's content."""
         path = self.hypothesis_file(split)
-        first_pass = hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path else ""
+        text = "".join(line + "\n" for line in read_lines(path)) if path else ""  # a file's bytes, if plain
+        first_pass = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16] if path else ""
         return [self.side, self.tokenizer.fingerprint, first_pass]
 
     def replacement(self, split: str) -> Optional[Replacement]:
@@ -59,15 +61,15 @@ class RetokenisedSide:
         path = self.hypothesis_file(split)
         if path is None:
             return None
-        return Replacement(path.read_text(encoding="utf-8").split("\n")[:-1], path, self.key)
+        return Replacement(read_lines(path), path, self.key)
 
 
 def first_pass_file(hypotheses: Optional[str], split: str) -> Optional[Path]:
-    """`<hypotheses>/<split>.hyp.txt` when it exists (never for the training split)."""
+    """`<hypotheses>/<split>.hyp.txt` (or its archived form, `.gz`) when it exists (never for the
+    training split)."""
     if hypotheses is None or split == "train":
         return None
-    path = Path(hypotheses) / f"{split}.hyp.txt"
-    return path if path.is_file() else None
+    return existing_line_file(Path(hypotheses) / f"{split}.hyp.txt")
 
 
 def check_hypotheses(hypotheses: Optional[str], side: str, key: str) -> None:

@@ -2,7 +2,8 @@
 
 For every seed that both the row and the baseline finished, the row's test hypotheses are tested
 against the baseline's of the same seed on the same references (`test.hyp.txt` / `test.ref.txt` of
-each run; `valid.*` for a run that reports on valid, `data.report_split`) by paired bootstrap
+each run, plain or compressed as archived; `valid.*` for a run that reports on valid,
+`data.report_split`) by paired bootstrap
 resampling (`evaluation/paired_tests.py`, sacreBLEU's module), with the BLEU settings of the row's
 run (tokenizer, case). The cell is marked only when the difference is significant (p < 0.05) and in
 the same direction in *every* seed (as Yamagishi & Komachi mark their tables): one lucky seed is not
@@ -12,13 +13,13 @@ a result.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 from omegaconf import OmegaConf
 
 from lightning_docmt.data.languages import bleu_tokenizer
 from lightning_docmt.evaluation.paired_tests import paired_test, significance_mark
+from lightning_docmt.line_files import read_lines
 from lightning_docmt.tables.summaries import RowSummary, RunRecord
 
 
@@ -32,18 +33,15 @@ class RowSignificance:
         return significance_mark(self.p_values, self.deltas)
 
 
-def _lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").split("\n")[:-1]
-
-
 def paired_against(baseline: RunRecord, record: RunRecord) -> tuple[float, float]:
     """(p-value, BLEU delta) of `record`'s test (or valid) hypotheses against `baseline`'s."""
     cfg = OmegaConf.load(record.run_dir / "config.yaml")
     split = cfg.data.get("report_split", "test")
-    refs = _lines(record.run_dir / f"{split}.ref.txt")
-    if _lines(baseline.run_dir / f"{split}.ref.txt") != refs:
+    refs = read_lines(record.run_dir / f"{split}.ref.txt")
+    if read_lines(baseline.run_dir / f"{split}.ref.txt") != refs:
         raise ValueError(f"{record.run_dir} and {baseline.run_dir} were tested on different references")
-    result = paired_test(_lines(baseline.run_dir / f"{split}.hyp.txt"), _lines(record.run_dir / f"{split}.hyp.txt"),
+    result = paired_test(read_lines(baseline.run_dir / f"{split}.hyp.txt"),
+                         read_lines(record.run_dir / f"{split}.hyp.txt"),
                          refs, tokenize=bleu_tokenizer(cfg.eval, cfg.data), lowercase=cfg.eval.lowercase)
     return result.p_value, result.delta
 

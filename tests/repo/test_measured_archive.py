@@ -1,7 +1,8 @@
-"""The archive of measured runs, experiments/measured/ (lightning_docmt/tables/runner.py): every
-archived run is complete, no checkpoint is committed, and every archived table rebuilds from its
-runs alone with today's code and table files (no training: a config that no longer composes to the
-archived one is an error here, as it is for `docmt table`)."""
+"""The archive of measured runs, experiments/measured/ (lightning_docmt/tables/runner.py,
+tables/archive.py): every archived run is complete, its line files are compressed, no checkpoint is
+committed, and every archived table rebuilds from its runs alone with today's code and table files
+(no training: a config that no longer composes to the archived one is an error here, as it is for
+`docmt table`)."""
 
 from __future__ import annotations
 
@@ -15,16 +16,18 @@ from pathlib import Path
 import pytest
 
 from lightning_docmt.config.registry import import_all_archs
+from lightning_docmt.line_files import read_lines
+from lightning_docmt.tables.archive import COMPRESSED_SUFFIXES, rebuild_report
 from lightning_docmt.tables.contrastive_columns import column_value
 from lightning_docmt.tables.grid import load_grid, write_grid
-from lightning_docmt.tables.runner import ARCHIVE_DIRNAME, METRICS_FILE, run_table
+from lightning_docmt.tables.runner import ARCHIVE_DIRNAME, METRICS_FILE
 from lightning_docmt.tables.spec import load_table
 from lightning_docmt.tables.summaries import FINISHED
 from tests.helpers.experiment_files import EXPERIMENTS, grid_files, table_files
 
 REPO = EXPERIMENTS.parent
 ARCHIVE = EXPERIMENTS / ARCHIVE_DIRNAME
-RUN_FILES = ("config.yaml", METRICS_FILE, "test.hyp.txt", "test.ref.txt")
+RUN_FILES = ("config.yaml", METRICS_FILE, "test.hyp.txt.gz", "test.ref.txt.gz")
 SELECTION_RUN_FILES = ("config.yaml", METRICS_FILE)  # `evaluate: valid`: the test split never decoded
 
 
@@ -70,8 +73,7 @@ def test_every_archived_run_is_complete(table_dir):
             continue
         for name in RUN_FILES:
             assert (run / name).is_file(), run / name
-        hyps = (run / "test.hyp.txt").read_text(encoding="utf-8").split("\n")
-        refs = (run / "test.ref.txt").read_text(encoding="utf-8").split("\n")
+        hyps, refs = read_lines(run / "test.hyp.txt"), read_lines(run / "test.ref.txt")
         assert len(hyps) == len(refs) > 100, run
         assert isinstance(json.loads((run / METRICS_FILE).read_text())["test/bleu"], float), run
 
@@ -96,35 +98,29 @@ def test_superseded_tables_are_explained_and_never_mixed_into_their_successors()
 
 
 @pytest.mark.subprocess
-def test_no_checkpoint_is_committed():
+def test_no_checkpoint_and_no_uncompressed_line_file_is_committed():
+    """Archived as `docmt archive` archives (tables/archive.py): what would make a clone heavy
+    (checkpoints, one plain copy of the references per run) stays out."""
     tracked = subprocess.run(["git", "ls-files", str(ARCHIVE)], cwd=REPO, check=True,
                              capture_output=True, text=True).stdout.split()
     assert tracked and not [p for p in tracked if p.endswith(".ckpt") or "/checkpoints/" in p]
+    assert not [p for p in tracked if p.endswith(COMPRESSED_SUFFIXES)]
 
 
 @pytest.mark.parametrize("table_dir", archived_tables(), ids=lambda p: p.name)
 def test_an_archived_table_rebuilds_without_training(table_dir, tmp_path):
-    """Rebuilding the table from a copy of its archive trains nothing, finds every archived run, and
-    reports their mean and the significance of each row against the baseline. Rows archived with
-    different seeds (a sweep that ran some rows with more seeds) are rebuilt a seed set at a time,
-    the largest last: its report shows every row's finished runs among those seeds."""
+    """Rebuilding the table from a copy of its archive (`tables/archive.rebuild_report`, as
+    `docmt archive` does) trains nothing, finds every archived run, and reports their mean and the
+    significance of each row against the baseline."""
     import_all_archs()
     results = tmp_path / "results"
     shutil.copytree(table_dir, results / table_dir.name)
-    path = table_files()[table_dir.name]
     seeds_of: dict[str, list[int]] = {}
     for run in archived_runs(table_dir):
         seeds_of.setdefault(run.parent.name, []).append(int(run.name.removeprefix("seed")))
-    rows_by_seeds: dict[tuple[int, ...], list[str]] = {}
-    for row, seeds in sorted(seeds_of.items()):
-        rows_by_seeds.setdefault(tuple(sorted(seeds)), []).append(row)
-
-    def no_training(cfg, run_dir):
-        raise AssertionError(f"{run_dir} is not archived: it would be trained")
-
-    for seeds, rows in sorted(rows_by_seeds.items(), key=lambda item: len(item[0])):  # most seeds last
-        outcome = run_table(path, rows=",".join(rows), seeds=list(seeds), run_row=no_training, results_dir=results)
-        assert outcome.records and {r.status for r in outcome.records} == {FINISHED}
+    outcome = rebuild_report(table_files()[table_dir.name], results)
+    assert outcome.records and {r.status for r in outcome.records} == {FINISHED}
+    assert {(r.row, r.seed) for r in outcome.records} <= {(row, s) for row, ss in seeds_of.items() for s in ss}
     with open(outcome.outputs["csv"], newline="") as f:
         cells = {(r["row"], r["metric"]): r for r in csv.DictReader(f)}
     first_column = outcome.table.metrics[0]
