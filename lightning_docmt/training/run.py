@@ -56,6 +56,7 @@ from lightning_docmt.inference.loaded_model import LoadedModel, load_checkpoint
 from lightning_docmt.inference.reference_context import check_no_reference_target, reads_reference_target
 from lightning_docmt.logs import is_verbose
 from lightning_docmt.provenance import environment_record, resolved_device
+from lightning_docmt.training.launch import agree_on_run_dir
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.speed import TRAIN_SPEED_KEY, rate, train_speed_metrics
 from lightning_docmt.training.stage_start import first_damage, initial_damage
@@ -295,7 +296,7 @@ def run_validation_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     random-context CXMI on valid (`val/cxmi`, `val/random_ctx/cxmi`; `evaluation/context_usage.py`)."""
     check_stages(cfg)
     suites = configured_suites(cfg, "valid")  # before training: a test suite here is an error
-    results = train_stages(cfg, Path(run_dir), resume=True)
+    results = train_stages(cfg, agree_on_run_dir(cfg, run_dir, make_run_dir), resume=True)
     final = results[cfg.train.schedule[-1]]
     info = json.loads((final.checkpoint.parent / "done.json").read_text())
     metric = monitor_metric(stage_config(cfg, final.name))[0]
@@ -333,7 +334,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = Fa
     check_no_reference_target(cfg, "test BLEU")  # before any training: the run would end in it
     check_stages(cfg)
     suites = configured_suites(cfg, cfg.data.report_split)
-    run_dir = Path(run_dir) if run_dir is not None else make_run_dir(cfg)
+    run_dir = agree_on_run_dir(cfg, run_dir, make_run_dir)
     writer = is_global_zero()
     results = train_stages(cfg, run_dir, resume)
     final = results[cfg.train.schedule[-1]]
