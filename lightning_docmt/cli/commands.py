@@ -195,6 +195,8 @@ def archive_command(args: argparse.Namespace) -> int:
                               f"{Path(args.results) / outcome.table_id}", path=args.table)
     if outcome.report is not None:
         print(f"report: {outcome.report.outputs['md']}")
+    for grid in outcome.grids:
+        print(f"grid report: {grid}")
     return 0
 
 

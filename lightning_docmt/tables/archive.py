@@ -11,6 +11,7 @@ would trust it; re-archiving a run replaces it whole.
 The report is then rebuilt from the archive with no training (`rebuild_report`): rows archived
 with different seed sets (a sweep that ran some rows with more seeds) are rebuilt a seed set at a
 time, the largest last, so the final report shows every row's finished runs among those seeds.
+So is the report of every grid file beside the table file that lays it out (`tables/grid.py`).
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from typing import Sequence
 
 from omegaconf import DictConfig
 
+from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.line_files import write_compressed
+from lightning_docmt.tables.grid import Grid, load_grid, write_grid
 from lightning_docmt.tables.runner import METRICS_FILE, TableOutcome, run_dir_for, run_table
-from lightning_docmt.tables.spec import load_table
+from lightning_docmt.tables.spec import is_grid_file, load_table
 
 COMPRESSED_SUFFIXES = (".hyp.txt", ".ref.txt")
 LEFT_OUT_DIRS = ("checkpoints", "wandb")  # rebuildable or too large; wandb keeps its own copy
@@ -37,6 +40,7 @@ class ArchiveOutcome:
     archived: list[Path]  # the archived runs' folders
     unfinished: list[Path]  # selected runs without metrics.json in the results folder: left out
     report: TableOutcome | None  # the rebuilt report (None when the archive holds no run of it)
+    grids: list[Path]  # the rebuilt reports of the grids that lay the table out
 
 
 def archive_table(table_path: str | Path, results_dir: str | Path, archive_dir: str | Path,
@@ -54,8 +58,18 @@ def archive_table(table_path: str | Path, results_dir: str | Path, archive_dir: 
                 unfinished.append(run_dir)
                 continue
             archived.append(archive_run(run_dir, run_dir_for(archive_dir, table.id, row.name, seed)))
-    return ArchiveOutcome(table_id=table.id, archived=archived, unfinished=unfinished,
-                          report=rebuild_report(table_path, archive_dir))
+    report = rebuild_report(table_path, archive_dir)
+    grids = [write_grid(grid, archive_dir)["md"] for grid in grids_laying_out(table_path)]
+    return ArchiveOutcome(table_id=table.id, archived=archived, unfinished=unfinished, report=report,
+                          grids=grids)
+
+
+def grids_laying_out(table_path: str | Path) -> list[Grid]:
+    """The grid files in the table file's folder that have it as a part."""
+    table_id = load_table(table_path).id
+    grids = [load_grid(path) for path in sorted(Path(table_path).parent.glob("*.yaml"))
+             if is_grid_file(YamlFile.load(path))]
+    return [grid for grid in grids if any(part.table.id == table_id for part in grid.parts)]
 
 
 def archive_run(run_dir: Path, target: Path) -> Path:

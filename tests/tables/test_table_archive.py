@@ -48,8 +48,13 @@ def marks(table_dir: Path) -> dict[str, tuple[str, str]]:
 
 
 def test_an_archived_table_keeps_its_runs_and_marks_in_compressed_files(table_file, results, tmp_path):
+    """...and the grid file beside it that lays it out gets its report rebuilt in the archive."""
+    grid = {"id": "unit.grid", "title": "Grid", "metrics": ["test/bleu"],
+            "parts": [{"name": "only", "table": "sig.yaml"}]}
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid, sort_keys=False))
     to = tmp_path / "measured"
     outcome = archive.archive_table(table_file, results, to)
+    assert outcome.grids == [to / "unit.grid" / "table.md"] and outcome.grids[0].is_file()
     runs = sorted(p.relative_to(to).as_posix() for p in outcome.archived)
     assert runs == [f"unit.sig/{row}/seed{s}" for row in sorted(ROWS.split(",")) for s in (1, 2)]
     assert outcome.unfinished == []
