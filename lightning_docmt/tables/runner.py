@@ -55,8 +55,9 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.device import with_device
 from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
 from lightning_docmt.tables.curve import curve_points, write_curve_csv, write_curve_png
+from lightning_docmt.tables.dashboard import log_table_to_wandb
 from lightning_docmt.tables.figures import write_table_figures
-from lightning_docmt.tables.report import log_table_to_wandb, write_csv, write_markdown
+from lightning_docmt.tables.report import write_csv, write_markdown
 from lightning_docmt.tables.row_significance import RowSignificance, row_significance
 from lightning_docmt.tables.spec import Table, TableRow, compose_row, load_table
 from lightning_docmt.tables.summaries import (
@@ -174,7 +175,7 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
         outputs["curve_csv"] = write_curve_csv(points, out_dir / "curve.csv")
         outputs["curve_png"] = write_curve_png(table.curve, points, table.title, out_dir / "curve.png")
     if any(planned.cfg.logging.wandb for planned in plan):
-        log_table_to_wandb(table, summaries, outputs["png"], project=plan[0].cfg.logging.project,
+        log_table_to_wandb(table, summaries, outputs, results.tested, project=plan[0].cfg.logging.project,
                            out_dir=out_dir)
     return TableOutcome(table=table, records=records, outputs=outputs, results=results)
 
