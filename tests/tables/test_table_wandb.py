@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,13 @@ def test_a_row_runs_summary_holds_its_stages_and_its_metrics(table_runs):
     assert sent.summary["s1/reused"] is False and concat.summary["s1/reused"] is True
     assert sent.summary["s1/key"] == concat.summary["s1/key"]
     assert "s1/val/loss" in sent.history_keys and not any(k.startswith("s1/") for k in concat.history_keys)
+
+
+def test_wandbs_own_log_records_stay_out_of_the_runs_log_files(table_runs):
+    """wandb logs every step of a run at DEBUG into the run's debug.log; none of it is the run's output."""
+    for row in ROWS:
+        log = (table_runs / row / "seed1" / "log.txt").read_text()
+        assert f"row {row}, seed 1 finished" in log and not re.search(r" (DEBUG|INFO) wandb[.:]", log)
 
 
 def test_the_table_run_holds_the_report_and_the_p_values_against_the_baseline(table_runs):
