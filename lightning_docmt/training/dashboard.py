@@ -31,7 +31,7 @@ from lightning_docmt.distributed import is_global_zero
 from lightning_docmt.provenance import code_fingerprint
 from lightning_docmt.wandb_runs import GuardedRun, start_run
 
-STEP_METRIC = "trainer/global_step"  # what Lightning's WandbLogger logs as each row's step
+STEP_METRIC = "trainer/global_step"  # the step Lightning's WandbLogger logs with every metric
 
 
 def run_name(cfg: DictConfig) -> str:
@@ -41,14 +41,15 @@ def run_name(cfg: DictConfig) -> str:
 
 def run_tags(cfg: DictConfig, precision: str) -> list[str]:
     """`logging.tags` (a table's paper, id and arch) and the profile, resolved precision and code."""
-    return list(dict.fromkeys([*cfg.logging.tags, f"profile:{cfg.profile}", f"precision:{precision}",
-                               f"code:{code_fingerprint()}"]))
+    return list(dict.fromkeys([*cfg.logging.tags, f"profile:{cfg.profile or 'none'}",
+                               f"precision:{precision}", f"code:{code_fingerprint()}"]))
 
 
 @contextlib.contextmanager
 def run_dashboard(cfg: DictConfig, run_dir: Path, precision: str) -> Iterator[GuardedRun]:
-    """The run's wandb run while the block trains and tests, finished after it; off (nothing is
-    logged) with `logging.wandb: false`, on ranks other than global zero, or when wandb is."""
+    """The run's wandb run while the block trains and tests, finished after it (exit code 1 when
+    the block raised); off (nothing is logged) with `logging.wandb: false`, on ranks other than
+    global zero, and when wandb is off or failed to start."""
     if not (cfg.logging.wandb and is_global_zero()):
         yield GuardedRun()
         return
@@ -56,9 +57,12 @@ def run_dashboard(cfg: DictConfig, run_dir: Path, precision: str) -> Iterator[Gu
     dashboard = start_run(project=cfg.logging.project, group=cfg.logging.group, name=run_name(cfg),
                           tags=run_tags(cfg, precision), job_type="train", dir=str(run_dir),
                           config=OmegaConf.to_container(cfg, resolve=True))
-    dashboard.call("define_metric", lambda: (dashboard.run.define_metric(STEP_METRIC),
-                                             dashboard.run.define_metric("*", step_metric=STEP_METRIC,
-                                                                         step_sync=True)))
+
+    def stage_steps_as_x_axis() -> None:
+        dashboard.run.define_metric(STEP_METRIC)
+        dashboard.run.define_metric("*", step_metric=STEP_METRIC, step_sync=True)
+
+    dashboard.call("define_metric", stage_steps_as_x_axis)
     try:
         yield dashboard
     except BaseException:

@@ -28,9 +28,9 @@ STAGE_KEYS = ("reused", "key", "global_step", "best_score")
 
 
 def write_table(root: Path) -> Path:
-    rows = [{"name": name, "overrides": [f"model.arch={arch}", *more,
-                                         f"train.stages.s2={{arch: {arch}, init_from: s1, optim: {{warmup_steps: 2}}}}",
-                                         "train.schedule=[s1,s2]"]}
+    """Two rows of two stages, `s1` shared; seed 1 (the default)."""
+    s2 = "train.stages.s2={{arch: {}, init_from: s1, optim: {{warmup_steps: 2}}}}"
+    rows = [{"name": name, "overrides": [f"model.arch={arch}", *more, s2.format(arch), "train.schedule=[s1,s2]"]}
             for name, (arch, more) in ROWS.items()]
     path = root / "dash.yaml"
     path.write_text(yaml.safe_dump({
