@@ -103,8 +103,8 @@ def demo_command(args: argparse.Namespace) -> int:
     print(f"results: {', '.join(str(p) for p in outcome.outputs.values())}")
     print(f"runs:    {Path(budget.results) / outcome.table.id}/<row>/seed<seed>")
     mode = os.environ.get("WANDB_MODE", "offline")
-    print(f"wandb:   mode={mode}; offline runs are under each run dir's wandb/ "
-          f"(upload later with `wandb sync <dir>`)")
+    print(f"wandb:   mode={mode}; offline runs are under each run dir's wandb/, the table's under "
+          f"{Path(budget.results) / outcome.table.id / 'wandb'} (upload later with `wandb sync <dir>`)")
     print(f"wall time: {time.monotonic() - started:.0f} s")
     failed = outcome.results is not None and any(s.status == "failed" for s in outcome.results.summaries)
     return 1 if failed else 0

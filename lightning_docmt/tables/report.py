@@ -1,5 +1,5 @@
-"""Summarise the runs of a table and write it: Markdown, CSV, wandb (docs/design.md section 10);
-the figures are drawn by figures.py.
+"""Summarise the runs of a table and write it: Markdown, CSV (docs/design.md section 10); the
+figures are drawn by figures.py, the table-level wandb run is dashboard.py's.
 
 For every row and metric: our mean and sample standard deviation over the finished seeds, the
 values per seed, the change against the baseline row (tables/effects.py), the paper's number and
@@ -10,11 +10,8 @@ corpora differ. Failed runs are listed with their error and log file.
 from __future__ import annotations
 
 import csv
-import importlib
-import logging
-import os
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.provenance import ENV_PREFIX
@@ -22,8 +19,6 @@ from lightning_docmt.tables import contrastive_columns
 from lightning_docmt.tables.effects import Effect, metric_panel, seed_values
 from lightning_docmt.tables.spec import Table
 from lightning_docmt.tables.summaries import FAILED, MetricSummary, RowSummary, RunRecord
-
-log = logging.getLogger(__name__)
 
 # Per row: (mark, p-values per seed) of its test BLEU against the table's baseline row
 # (tables/row_significance.py); rows without a test are absent.
@@ -190,58 +185,6 @@ def write_csv(table: Table, summaries: Sequence[RowSummary], path: Path, *,
                                  raw_cell(effect.paper if changed else None), summary.status,
                                  ";".join(repr(p) for p in p_values), mark])
     return path
-
-
-def log_table_to_wandb(table: Table, summaries: Sequence[RowSummary], chart: Path | None, *,
-                       project: str, out_dir: Path) -> bool:
-    """Log a `wandb.Table`, one bar chart per metric and the PNG to a `table` run of the group.
-
-    Mode: WANDB_MODE, offline when unset; "disabled" skips wandb. Every wandb call is guarded: a
-    failure is logged as a warning and never raised. Returns whether everything was logged.
-    """
-    mode = os.environ.get("WANDB_MODE", "offline")
-    if mode == "disabled":
-        return False
-    ok, wandb = _safely("import", lambda: importlib.import_module("wandb"))
-    if not ok:
-        return False
-    ok, run = _safely("init", lambda: wandb.init(
-        project=project, group=table.id, name=f"{table.id}/table", job_type="table",
-        tags=[table.paper, table.id], mode=mode, dir=str(out_dir), reinit="create_new",
-        config={"table": table.id, "title": table.title, "metrics": list(table.metrics)}))
-    if not ok:
-        return False
-
-    def results_table():
-        columns = ["row", "metric", "n", "ours", "std", "paper", "status"]
-        data = [[s.row.name, metric, m.n, m.mean, m.std, m.paper, s.status]
-                for s in summaries for metric, m in s.metrics.items()]
-        run.log({"table": wandb.Table(columns=columns, data=data)})
-
-    def bar_chart(metric: str):
-        bars = [[f"{s.row.name} ({who})", value] for s in summaries
-                for who, value in (("ours", s.metrics[metric].mean),
-                                   ("paper", s.metrics[metric].paper)) if value is not None]
-        run.log({f"chart/{metric}": wandb.plot.bar(
-            wandb.Table(columns=["bar", metric], data=bars), "bar", metric,
-            title=f"{table.id}: {metric}")})
-
-    steps: list[tuple[str, Callable[[], Any]]] = [("table", results_table)]
-    steps += [(f"bar chart {metric}", lambda metric=metric: bar_chart(metric))
-              for metric in table.metrics]
-    if chart is not None:
-        steps.append(("image", lambda: run.log({"chart": wandb.Image(str(chart))})))
-    steps.append(("finish", run.finish))
-    return all([_safely(what, call)[0] for what, call in steps])
-
-
-def _safely(what: str, call: Callable[[], Any]) -> tuple[bool, Any]:
-    """(True, call()) or, if it raised, (False, None) with a warning: wandb never stops a table."""
-    try:
-        return True, call()
-    except Exception as err:  # wandb raises many types (network, usage, file errors)
-        log.warning("wandb %s failed (%s: %s); continuing without it", what, type(err).__name__, err)
-        return False, None
 
 
 def decimals(metric: str) -> int:

@@ -27,6 +27,7 @@ from lightning_docmt.tables.summaries import RowSummary, RunRecord
 class RowSignificance:
     p_values: tuple[float, ...]  # per common finished seed
     deltas: tuple[float, ...]  # row - baseline BLEU, per seed
+    seeds: tuple[int, ...]  # those seeds
 
     @property
     def mark(self) -> str:
@@ -53,9 +54,9 @@ def row_significance(summaries: Sequence[RowSummary], baseline: str) -> dict[str
     for summary in summaries:
         if summary.row.name == baseline:
             continue
-        tests = [paired_against(base[r.seed], r) for r in summary.records
+        tests = [(*paired_against(base[r.seed], r), r.seed) for r in summary.records
                  if r.succeeded and r.seed in base]
         if tests:
-            p_values, deltas = zip(*tests)
-            out[summary.row.name] = RowSignificance(p_values, deltas)
+            p_values, deltas, seeds = zip(*tests)
+            out[summary.row.name] = RowSignificance(p_values, deltas, seeds)
     return out

@@ -3,7 +3,8 @@
 Each run lives in `results/<table id>/<row>/seed<S>/`:
 
     config.yaml    the resolved run config (`config.save_config`)
-    log.txt        what the run printed (stdout, stderr, logging records), plus a failure's traceback
+    log.txt        what the run printed (stdout, stderr, logging records but wandb's, which are in its
+                   wandb run's debug.log), plus a failure's traceback
     metrics.json   what `run_row` returned, plus the run's wall seconds (`time/run_s`: a stage reused
                    from the stage cache costs next to nothing, and a run resumed after an
                    interruption counts only its last attempt); its presence marks the run
@@ -55,8 +56,9 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.device import with_device
 from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
 from lightning_docmt.tables.curve import curve_points, write_curve_csv, write_curve_png
+from lightning_docmt.tables.dashboard import log_table_to_wandb
 from lightning_docmt.tables.figures import write_table_figures
-from lightning_docmt.tables.report import log_table_to_wandb, write_csv, write_markdown
+from lightning_docmt.tables.report import write_csv, write_markdown
 from lightning_docmt.tables.row_significance import RowSignificance, row_significance
 from lightning_docmt.tables.spec import Table, TableRow, compose_row, load_table
 from lightning_docmt.tables.summaries import (
@@ -77,6 +79,9 @@ RUN_TIME_METRIC = "time/run_s"  # wall seconds of the last attempt: reused stage
 ARCHIVE_DIRNAME = "measured"  # experiments/measured/: archived runs, not experiment files
 # Keys that do not change a run's numbers: a finished run composed with other values here is reused.
 REUSE_IGNORED_KEYS = ("logging", "trainer", "data.num_workers", "data.cache_dir")
+# Loggers kept out of a run's log.txt: they write files of their own (wandb: every record, DEBUG
+# included, into each wandb run's debug.log).
+OWN_FILE_LOGGERS = ("wandb",)
 
 
 @dataclass
@@ -174,7 +179,7 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
         outputs["curve_csv"] = write_curve_csv(points, out_dir / "curve.csv")
         outputs["curve_png"] = write_curve_png(table.curve, points, table.title, out_dir / "curve.png")
     if any(planned.cfg.logging.wandb for planned in plan):
-        log_table_to_wandb(table, summaries, outputs["png"], project=plan[0].cfg.logging.project,
+        log_table_to_wandb(table, summaries, outputs, results.tested, project=plan[0].cfg.logging.project,
                            out_dir=out_dir)
     return TableOutcome(table=table, records=records, outputs=outputs, results=results)
 
@@ -372,10 +377,12 @@ def _captured_output(log_path: Path) -> Iterator[None]:
     with log_path.open("a", encoding="utf-8") as log:
         handler = logging.StreamHandler(log)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        # Loggers that do not propagate to the root (e.g. Lightning's own) get the handler too.
+        # Loggers that do not propagate to the root (e.g. Lightning's own) get the handler too, but
+        # those that write files of their own (OWN_FILE_LOGGERS).
         loggers = [logging.getLogger()] + [
             lg for lg in logging.Logger.manager.loggerDict.values()
-            if isinstance(lg, logging.Logger) and not lg.propagate and lg.handlers]
+            if isinstance(lg, logging.Logger) and not lg.propagate and lg.handlers
+            and lg.name.split(".")[0] not in OWN_FILE_LOGGERS]
         for lg in loggers:
             lg.addHandler(handler)
         try:

@@ -13,6 +13,9 @@ Each stage's config, key and checks come from `stages.py`. A finished stage's fi
 stored under `<data.cache_dir>/stages/<key>/`; a later run (another table row, another seed of the
 same stage 1) reuses it instead of training again.
 
+A run is one wandb run (`dashboard.py`): the curves of its stages under their names, then its
+stages' records and its scores as the run's summary.
+
 DDP: Lightning's `ddp` strategy re-runs the command for local ranks 1..N-1, so every rank goes
 through `fit_run`: all of them train and test, in the run directory rank zero chose, and only
 global rank zero writes the run's records (`config.yaml`, `run.json`, `metrics.json`).
@@ -56,6 +59,7 @@ from lightning_docmt.inference.loaded_model import LoadedModel, load_checkpoint
 from lightning_docmt.inference.reference_context import check_no_reference_target, reads_reference_target
 from lightning_docmt.logs import is_verbose
 from lightning_docmt.provenance import environment_record, resolved_device
+from lightning_docmt.training.dashboard import record_scores, run_dashboard, stage_keys
 from lightning_docmt.training.launch import agree_on_run_dir
 from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.speed import TRAIN_SPEED_KEY, rate, train_speed_metrics
@@ -64,6 +68,7 @@ from lightning_docmt.training.stage_summary import context_usage_line, decoded_s
 from lightning_docmt.training.stages import check_stages, resolved_settings, stage_config, stage_key
 from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric
 from lightning_docmt.training.update_size import update_size
+from lightning_docmt.wandb_runs import GuardedRun
 
 STAGE_MARKER = "stage.json"  # {"key": stage key, start NLLs} in a stage's run directory: what may resume there
 TRAIN_PAIRS = "data/train_pairs"  # metrics.json: the sentence pairs of the last stage's training split
@@ -131,12 +136,13 @@ def resumable_checkpoint(stage_dir: Path, key: str) -> Path | None:
 
 
 def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, StageResult],
-              resume: bool = False) -> StageResult:
+              resume: bool = False, dashboard: GuardedRun | None = None) -> StageResult:
     """Train one stage into `<run_dir>/<name>/` (or reuse it from the stage cache).
 
     `resume`: continue from the newest checkpoint an interrupted run of this very stage (same key)
     left in its directory, with the sampler position, optimizer, schedule, frozen set and averaging
-    window it had; Lightning restores them from the checkpoint.
+    window it had; Lightning restores them from the checkpoint. `dashboard`: the run's wandb run,
+    which the stage's Trainer logs to (`dashboard.py`).
     """
     scfg = stage_config(cfg, name)
     stage = scfg.train.stages[name]
@@ -185,7 +191,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
 
     if checkpoint is not None:
         progress(f"stage '{name}': resuming from {checkpoint}")
-    trainer, checkpointer = build_trainer(scfg, name, stage_dir)  # freezing: StagedUnfreezing
+    trainer, checkpointer = build_trainer(scfg, name, stage_dir, dashboard=dashboard)  # freezing: StagedUnfreezing
     if trainer.is_global_zero:
         stage_dir.mkdir(parents=True, exist_ok=True)
         (stage_dir / STAGE_MARKER).write_text(json.dumps({"key": key, **start}) + "\n")
@@ -220,9 +226,14 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     return StageResult(name, key, store / "final.ckpt", info["global_step"], info["schedule_step"], reused=False)
 
 
+def stage_record(result: StageResult) -> dict:
+    """The stage's `done.json`, beside its checkpoint in the stage cache."""
+    return json.loads((result.checkpoint.parent / "done.json").read_text())
+
+
 def stage_records(results: dict[str, StageResult], schedule: list[str]) -> list[dict]:
     """The `done.json` of every stage, in schedule order."""
-    return [json.loads((results[name].checkpoint.parent / "done.json").read_text()) for name in schedule]
+    return [stage_record(results[name]) for name in schedule]
 
 
 def validation_curve(stage_dir: Path, metric: str) -> list[list[float]]:
@@ -276,13 +287,15 @@ def run_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     return fit_and_test(cfg, run_dir, resume=True)[1]
 
 
-def train_stages(cfg: DictConfig, run_dir: Path, resume: bool) -> dict[str, StageResult]:
-    """Save the run's config (global rank zero) and train every stage of `train.schedule` in order."""
+def train_stages(cfg: DictConfig, run_dir: Path, resume: bool, dashboard: GuardedRun) -> dict[str, StageResult]:
+    """Save the run's config (global rank zero) and train every stage of `train.schedule` in order,
+    each stage's summary going to the run's wandb run as it ends (`dashboard.stage_keys`)."""
     if is_global_zero():
         config_lib.save_config(cfg, run_dir)
     results: dict[str, StageResult] = {}
     for name in cfg.train.schedule:
-        results[name] = run_stage(cfg, name, run_dir, results, resume=resume)
+        result = results[name] = run_stage(cfg, name, run_dir, results, resume=resume, dashboard=dashboard)
+        dashboard.summarize(stage_keys(name, key=result.key, reused=result.reused, done=stage_record(result)))
     return results
 
 
@@ -296,9 +309,19 @@ def run_validation_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     random-context CXMI on valid (`val/cxmi`, `val/random_ctx/cxmi`; `evaluation/context_usage.py`)."""
     check_stages(cfg)
     suites = configured_suites(cfg, "valid")  # before training: a test suite here is an error
-    results = train_stages(cfg, agree_on_run_dir(cfg, run_dir, make_run_dir), resume=True)
+    run_dir = agree_on_run_dir(cfg, run_dir, make_run_dir)
+    with run_dashboard(cfg, run_dir, resolved_settings(cfg)["precision"]) as dashboard:
+        results = train_stages(cfg, run_dir, resume=True, dashboard=dashboard)
+        scores = validation_scores(cfg, results, suites)
+        dashboard.summarize(scores)
+    return scores
+
+
+def validation_scores(cfg: DictConfig, results: dict[str, StageResult],
+                      suites: dict[str, list[dict]]) -> dict[str, float]:
+    """`run_validation_metrics`' scores of the trained stages `results`."""
     final = results[cfg.train.schedule[-1]]
-    info = json.loads((final.checkpoint.parent / "done.json").read_text())
+    info = stage_record(final)
     metric = monitor_metric(stage_config(cfg, final.name))[0]
     scores: dict[str, float] = {}
     if info["best_score"] is not None:  # None: the stage never validated and hands on its last step
@@ -329,14 +352,25 @@ def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = Fa
 
     Every rank gets the metrics from its own test loop (the contrastive accuracies only on global
     rank zero, which computes and writes them), so no rank reads a file another rank writes. Under
-    DDP the ranks meet at a barrier once rank zero has written the run's records.
+    DDP the ranks meet at a barrier once rank zero has written the run's records. The run's wandb
+    run (`dashboard.py`) spans its stages and gets the metrics as its summary.
     """
     check_no_reference_target(cfg, "test BLEU")  # before any training: the run would end in it
     check_stages(cfg)
     suites = configured_suites(cfg, cfg.data.report_split)
     run_dir = agree_on_run_dir(cfg, run_dir, make_run_dir)
-    writer = is_global_zero()
-    results = train_stages(cfg, run_dir, resume)
+    with run_dashboard(cfg, run_dir, resolved_settings(cfg)["precision"]) as dashboard:
+        scores = score_and_record(cfg, train_stages(cfg, run_dir, resume, dashboard), run_dir, suites)
+        record_scores(dashboard, scores, run_dir, cfg.data.report_split)
+    barrier()
+    return run_dir, scores
+
+
+def score_and_record(cfg: DictConfig, results: dict[str, StageResult], run_dir: Path,
+                     suites: dict[str, list[dict]]) -> dict[str, float]:
+    """Test the final stage of `results`; global rank zero writes `run.json` (the stages) and
+    `metrics.json` (the test metrics, the first stage's initial damage, the final stage's training
+    pairs and mix share)."""
     final = results[cfg.train.schedule[-1]]
     scores = test_checkpoint(stage_config(cfg, final.name), final.checkpoint, run_dir, suites)
     records = stage_records(results, cfg.train.schedule)
@@ -348,11 +382,10 @@ def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = Fa
     record = {"checkpoint": str(final.checkpoint),
               "stages": {n: {"key": r.key, "reused": r.reused, "global_step": r.global_step,
                              "checkpoint": str(r.checkpoint)} for n, r in results.items()}}
-    if writer:
+    if is_global_zero():
         (run_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
         (run_dir / "metrics.json").write_text(json.dumps(scores, indent=1) + "\n")
-    barrier()
-    return run_dir, scores
+    return scores
 
 
 def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,

@@ -8,9 +8,11 @@ optimizer phases trains with manual optimisation, where Lightning refuses `gradi
 `DocMTModule` then clips by `train.optim.clip_norm` itself, with the same semantics (the 2-norm
 over the parameters that the update steps).
 
-A training trainer gets a `LearningRateRecord` (the lr each update applied, for the stage's
-`done.json`), the stage's `StagedUnfreezing` (its freezing policy) and, with
-`train.average.checkpoints` > 0, a `CheckpointAveraging` writing `<stage dir>/averaging/`. DDP keeps
+A training trainer logs to a CSVLogger in its stage's directory and, given the run's wandb run
+(`training/dashboard.py`), to that run under the stage's name; a test trainer logs nothing (the
+run's scores reach wandb as its summary). It gets a `LearningRateRecord` (the lr each update
+applied, for the stage's `done.json`), the stage's `StagedUnfreezing` (its freezing policy) and,
+with `train.average.checkpoints` > 0, a `CheckpointAveraging` writing `<stage dir>/averaging/`. DDP keeps
 its defaults (`find_unused_parameters=False`, no `static_graph`): frozen parameters are frozen
 before the model is wrapped (see `callbacks/staged_unfreezing.py`). The exception is a model with
 optimizer phases, whose phase losses need not reach every parameter: `ddp` becomes
@@ -19,7 +21,6 @@ optimizer phases, whose phase losses need not reach every parameter: `ddp` becom
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,10 @@ from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.logs import apply_output_policy, is_verbose
+from lightning_docmt.training.dashboard import StageWandbLogger
 from lightning_docmt.training.optimizer_phases import model_phases
 from lightning_docmt.training.update_size import apply_update_size
+from lightning_docmt.wandb_runs import GuardedRun
 
 # Lightning calls a mid-epoch resume unreliable unless the DataLoader object itself has a
 # `state_dict`. Ours resumes exactly through the DataModule's sampler state (data/datamodule.py,
@@ -81,29 +84,12 @@ def monitor_metric(cfg: DictConfig) -> tuple[str, str]:
     return ("val/bleu", "max") if cfg.eval.valid_bleu else ("val/loss", "min")
 
 
-def build_loggers(cfg: DictConfig, out_dir: Path) -> list[Logger]:
+def build_loggers(out_dir: Path, stage_name: str | None, dashboard: GuardedRun) -> list[Logger]:
+    """A CSVLogger in `out_dir`, and the stage's logger on the run's wandb run while that is on."""
     loggers: list[Logger] = [CSVLogger(save_dir=str(out_dir), name="", version="")]
-    if cfg.logging.wandb and os.environ.get("WANDB_MODE", "offline") != "disabled":
-        wandb_logger = _wandb_logger(cfg, out_dir)
-        if wandb_logger is not None:
-            loggers.append(wandb_logger)
+    if dashboard.alive:
+        loggers.append(StageWandbLogger(dashboard, stage_name or ""))
     return loggers
-
-
-def _wandb_logger(cfg: DictConfig, out_dir: Path) -> Logger | None:
-    """A WandbLogger, offline unless the user chose a mode; any failure only disables it."""
-    os.environ.setdefault("WANDB_MODE", "offline")
-    try:
-        from lightning.pytorch.loggers import WandbLogger
-
-        logger = WandbLogger(project=cfg.logging.project, group=cfg.logging.group,
-                             name=cfg.logging.name, tags=list(cfg.logging.tags),
-                             save_dir=str(out_dir), config=OmegaConf.to_container(cfg, resolve=True))
-        _ = logger.experiment  # start now so that a failure is caught here
-        return logger
-    except Exception as err:  # wandb trouble never stops training (docs/design.md section 10)
-        progress(f"wandb disabled for this run: {type(err).__name__}: {err}")
-        return None
 
 
 def stage_steps(cfg: DictConfig, name: str | None) -> int:
@@ -113,9 +99,10 @@ def stage_steps(cfg: DictConfig, name: str | None) -> int:
     return int(own if own > 0 else cfg.train.max_steps)
 
 
-def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_test: bool = False
-                  ) -> tuple[pl.Trainer, ModelCheckpoint]:
-    """The Trainer of stage `stage_name` of `train.stages` (None: no stage, e.g. for testing)."""
+def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_test: bool = False,
+                  dashboard: GuardedRun | None = None) -> tuple[pl.Trainer, ModelCheckpoint]:
+    """The Trainer of stage `stage_name` of `train.stages` (None: no stage, e.g. for testing);
+    `dashboard`: the run's wandb run, which a training Trainer logs to (`training/dashboard.py`)."""
     warnings.filterwarnings("ignore", message=MID_EPOCH_RESUME_WARNING)
     apply_output_policy()
     stage = cfg.train.stages[stage_name] if stage_name is not None else None
@@ -145,7 +132,8 @@ def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_te
             raise DocMTInputError("no training limit: set train.max_steps, train.max_epochs or "
                                   "train.max_time_minutes", key="train.max_steps")
         kwargs.update(max_steps=max_steps, max_epochs=max_epochs if max_epochs is not None else -1,
-                      logger=build_loggers(cfg, out_dir))  # accumulation: apply_update_size below
+                      logger=build_loggers(out_dir, stage_name, dashboard or GuardedRun()))
+        # the accumulation: apply_update_size below
         if train.max_time_minutes is not None:
             kwargs["max_time"] = {"minutes": train.max_time_minutes}
         if train.optim.clip_norm > 0 and not model_phases(cfg.model):  # with phases the module

@@ -86,11 +86,11 @@ def test_the_answer_says_whether_concat_helps_and_whether_it_reads_its_sentence(
     reading = {1: {"test/bleu": 21.0, "cxmi": 0.03, "random_ctx/cxmi": 0.01},
                2: {"test/bleu": 23.5, "cxmi": 0.02, "random_ctx/cxmi": 0.004}}
     answer = answer_of(tmp_path, {"transformer": base, "concat": reading},
-                       {"concat": RowSignificance(p_values=(0.01, 0.002), deltas=(1.0, 1.5))})
+                       {"concat": RowSignificance(p_values=(0.01, 0.002), deltas=(1.0, 1.5), seeds=(1, 2))})
     assert "Answer (2 seeds)" in answer and "+1.25 test BLEU" in answer and "significantly better" in answer
     assert "p = 0.010, 0.002" in answer and "It reads what that sentence says" in answer
     blind = {seed: {**m, "random_ctx/cxmi": -0.001 if seed == 2 else 0.001} for seed, m in reading.items()}
     answer = answer_of(tmp_path, {"transformer": base, "concat": blind},
-                       {"concat": RowSignificance(p_values=(0.3, 0.04), deltas=(1.0, 1.5))})
+                       {"concat": RowSignificance(p_values=(0.3, 0.04), deltas=(1.0, 1.5), seeds=(1, 2))})
     assert "not significantly different" in answer and "It does not read what that sentence says" in answer
     assert "none yet" in answer_of(tmp_path, {"transformer": base}, {})

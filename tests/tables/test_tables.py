@@ -16,7 +16,8 @@ import yaml
 from lightning_docmt.config.composition import compose
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
-from lightning_docmt.tables.report import log_table_to_wandb, run_provenance
+from lightning_docmt.tables.dashboard import log_table_to_wandb
+from lightning_docmt.tables.report import run_provenance
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import compose_file, compose_row, load_table
 from lightning_docmt.tables.summaries import DONE, RunRecord, summarize
@@ -356,11 +357,11 @@ def test_wandb_offline_logs_the_table_run(table_file, tmp_path, monkeypatch):
     table = load_table(table_file)
     summaries = summarize(table, outcome.records)
     out = tmp_path / "r" / "unit.t1"
-    assert log_table_to_wandb(table, summaries, outcome.outputs["png"], project="p", out_dir=out)
+    assert log_table_to_wandb(table, summaries, outcome.outputs, outcome.results.tested, project="p", out_dir=out)
     runs = list((out / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    assert not log_table_to_wandb(table, summaries, None, project="p", out_dir=out)
+    assert not log_table_to_wandb(table, summaries, {}, {}, project="p", out_dir=out)
 
 
 def test_other_ddp_ranks_train_but_write_nothing(table_file, tmp_path, monkeypatch):

@@ -1,33 +1,29 @@
 from pathlib import Path
 
 import pytest
+import wandb
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.training import trainer as trainer_factory
+from lightning_docmt.training.dashboard import run_dashboard
 
 
 def tiny_cfg(*overrides: str):
     return config_lib.compose(None, ["model.arch=transformer", *overrides], profile="tiny")
 
 
-def test_wandb_failure_never_stops_training(tmp_path, monkeypatch):
-    import lightning.pytorch.loggers as loggers
+@pytest.mark.parametrize("mode", ["online", "disabled"])
+def test_a_stage_logs_to_csv_only_when_its_run_has_no_wandb_run(tmp_path, monkeypatch, mode):
+    """wandb failing to start (online, no network) or turned off: the stage trains with its CSV log."""
+    def broken_init(**kwargs):
+        raise ConnectionError("no network")
 
-    class BrokenWandb:
-        def __init__(self, *args, **kwargs):
-            raise ConnectionError("no network")
-
-    monkeypatch.setattr(loggers, "WandbLogger", BrokenWandb)
-    monkeypatch.setenv("WANDB_MODE", "online")
-    built = trainer_factory.build_loggers(tiny_cfg("logging.wandb=true"), tmp_path)
-    assert [type(lg) for lg in built] == [CSVLogger]
-
-
-def test_wandb_disabled_mode_builds_no_wandb_logger(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    built = trainer_factory.build_loggers(tiny_cfg("logging.wandb=true"), tmp_path)
+    monkeypatch.setattr(wandb, "init", broken_init)
+    monkeypatch.setenv("WANDB_MODE", mode)
+    with run_dashboard(tiny_cfg("logging.wandb=true"), tmp_path / "run", precision="32-true") as dashboard:
+        built = trainer_factory.build_loggers(tmp_path, "main", dashboard)
     assert [type(lg) for lg in built] == [CSVLogger]
 
 
