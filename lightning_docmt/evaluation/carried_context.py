@@ -56,22 +56,26 @@ def other_documents(model: Seq2SeqModel, batch: dict[str, Any], groups: torch.Te
 
 
 class CarriedContextUsage:
-    """The sums of one test loop: NLL with no and with another document's state, and the
-    hypotheses decoded with another document's state."""
+    """The control passes of one test loop: each batch's NLL with no and with another document's
+    state (`nll_sums`, which the loop sums over its batches and ranks), and the hypotheses decoded
+    with another document's state."""
 
-    def __init__(self, groups: torch.Tensor, device: torch.device | str = "cpu"):
+    def __init__(self, groups: torch.Tensor):
         self.groups = groups  # (n_documents,) the collection of each document of the split
-        self.nll = torch.zeros(2, device=device)  # NLL sums: no carried state, another document's
-        self.rows = torch.zeros(2, device=device)  # rows scored, rows given another collection's state
         self.random_records: list[Record] = []
 
-    def add_nll(self, model: Seq2SeqModel, batch: dict[str, Any], output_loss: Callable) -> None:
-        """Score `batch` (its real carried rows attached) with the initial and the other state."""
-        other, other_collection = other_documents(model, batch, self.groups)
-        for i, state in enumerate((model.initial_carry(batch), other)):
-            terms = model.loss_terms({**batch, CARRY_KEY: state}, output_loss)
-            self.nll[i] += terms.nll_sum.detach()
-        self.rows += torch.tensor([other_collection.numel(), other_collection.sum()], device=self.rows.device)
+    def nll_sums(self, model: Seq2SeqModel, batch: dict[str, Any], output_loss: Callable
+                 ) -> dict[str, torch.Tensor | int]:
+        """Score `batch` (its real carried rows attached) with the initial and the other state:
+        `blank_nll` and `other_nll`, the batch's NLL sums with each; `rows`, its rows, and
+        `other_collection`, the rows that got another collection's state."""
+        other_state, other_collection = other_documents(model, batch, self.groups)
+
+        def nll(state: Any) -> torch.Tensor:
+            return model.loss_terms({**batch, CARRY_KEY: state}, output_loss).nll_sum.detach()
+
+        return {"blank_nll": nll(model.initial_carry(batch)), "other_nll": nll(other_state),
+                "rows": other_collection.numel(), "other_collection": other_collection.sum()}
 
     def add_random_hypotheses(self, model: Seq2SeqModel, batch: dict[str, Any],
                               translate: Callable[[dict[str, Any]], list[str]]) -> None:

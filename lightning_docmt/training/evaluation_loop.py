@@ -10,11 +10,16 @@ model that carries a state scores its context usage itself (`evaluation/carried_
 `eval.context_usage`): the CXMI passes of `evaluation/context_usage.py` would take its sentences
 out of their documents.
 
-At the end (`scores`): `<prefix>/loss`, `/nll`, `/ppl`; BLEU when asked (the test loop also chrF,
-document BLEU and METEOR, and writes `test.hyp.txt`, `test.ref.txt` and the metrics' signatures);
-the test decoding speed (`speed.py`); and the carried state's `cxmi`, `random_ctx/*`. The reductions
-go through the Lightning strategy that is passed in (`reduce`, `all_gather`): under DDP, every rank
-must call `scores`.
+The sums and counts go into the module's `EvaluationMetrics` (`metrics.py`, torchmetrics), which
+the loop empties when it starts and which torchmetrics sums over the ranks at the end; the
+hypotheses are gathered from every rank and scored once with sacreBLEU.
+
+At the end (`scores`): `<prefix>/loss`, `/nll`, `/ppl` (token-weighted over the whole split: the
+sums over every batch of every rank, divided by the target tokens of all of them); BLEU when asked
+(the test loop also chrF, document BLEU and METEOR, and writes `test.hyp.txt`, `test.ref.txt` and
+the metrics' signatures); the test decoding speed (`speed.py`); and the carried state's `cxmi`,
+`random_ctx/*`. Computing the metrics and gathering the hypotheses are collectives: under DDP,
+every rank must call `scores`.
 """
 
 from __future__ import annotations
@@ -40,28 +45,30 @@ from lightning_docmt.inference.own_outputs import OutputTokens, gathered
 from lightning_docmt.inference.reference_context import reads_reference_target
 from lightning_docmt.nn.model_hooks import OutputLoss
 from lightning_docmt.nn.seq2seq import Seq2SeqModel
-from lightning_docmt.training.speed import DECODE_SPEED_METRIC, rate
+from lightning_docmt.training.metrics import EvaluationMetrics
+from lightning_docmt.training.speed import DECODE_SPEED_METRIC
 
 Record = tuple[int, int, str]  # (sent_index, doc_index, detokenised hypothesis)
 
 
 class EvaluationLoop:
-    """The state of one evaluation loop over `split` of `datamodule` (see the module docstring)."""
+    """The state of one evaluation loop over `split` of `datamodule` (see the module docstring);
+    `metrics`: the module's, emptied here."""
 
     def __init__(self, model: Seq2SeqModel, cfg: DictConfig, datamodule: Any, split: str,
-                 device: torch.device):
+                 metrics: EvaluationMetrics):
         self.model, self.cfg, self.datamodule, self.split = model, cfg, datamodule, split
+        self.metrics = metrics
+        metrics.reset()
         walk = DocumentOrderWalk(model, datamodule.split(split), datamodule.window,
                                  own_targets=reads_reference_target(cfg))
         self.walk = walk if walk.needed else None
         self.records: list[Record] = []
-        self.sums = torch.zeros(3, device=device)  # loss sum, nll sum, target tokens
-        self.decode_stats = torch.zeros(2, dtype=torch.float64)  # beam-search seconds, sentences
         self.scores_carried_context = (type(model).carries_state and split == "test"
                                        and bool(cfg.eval.context_usage))
         groups = (torch.from_numpy(document_groups(datamodule.split(split).doc_ids))
                   if self.scores_carried_context else torch.zeros(0, dtype=torch.long))
-        self.carried_usage = CarriedContextUsage(groups, device)
+        self.carried_usage = CarriedContextUsage(groups)
 
     def step(self, batch: dict[str, torch.Tensor], beam: int, output_loss: OutputLoss) -> None:
         """Score `batch` teacher-forced and, for `beam` > 0, decode it."""
@@ -71,15 +78,15 @@ class EvaluationLoop:
         terms = self.model.loss_terms(batch, output_loss)
         if walk is not None:  # teacher-forced; a decode below hands on its output's state instead
             walk.hand_on(batch, terms.carry)
-        self.sums += torch.stack([terms.loss_sum.detach(), terms.nll_sum.detach(), terms.tokens.float()])
+        self.metrics.loss.update(loss=terms.loss_sum.detach(), nll=terms.nll_sum.detach(), tokens=terms.tokens)
         if self.scores_carried_context:
-            self.carried_usage.add_nll(self.model, batch, output_loss)
+            self.metrics.carried.update(**self.carried_usage.nll_sums(self.model, batch, output_loss))
         if beam <= 0:
             return
         vocab = self.datamodule.tgt_vocab
         started = time.perf_counter()
         hypotheses = decoding.best_tokens(self.model, batch, self.cfg.decode, beam)  # the device has finished
-        self.decode_stats += torch.tensor([time.perf_counter() - started, len(hypotheses)], dtype=torch.float64)
+        self.metrics.decode_speed.update(time.perf_counter() - started, len(hypotheses))
         if walk is not None:  # the next sentence reads what was output, not the reference
             walk.decoded(batch, hypotheses)
         for sent, doc, ids in zip(batch["sent_index"].tolist(), batch["doc_index"].tolist(), hypotheses):
@@ -95,41 +102,33 @@ class EvaluationLoop:
 
     def scores(self, prefix: str, with_bleu: bool, strategy: Any, output_dir: Path | None
                ) -> dict[str, float]:
-        """The loop's metrics under `prefix` (`val` or `test`); `strategy`: the Lightning strategy
-        whose `reduce` and `all_gather` combine the ranks; rank zero writes the test outputs to
-        `output_dir` (None: nowhere)."""
-        loss_sum, nll_sum, ntok = strategy.reduce(self.sums, reduce_op="sum").tolist()
-        ntok = max(ntok, 1.0)
+        """The loop's metrics under `prefix` (`val` or `test`); `strategy`: the Lightning strategy,
+        whose global rank zero writes the test outputs to `output_dir` (None: nowhere)."""
+        sums = self.metrics.loss.compute()  # every rank's
+        loss_sum, nll_sum, ntok = sums["loss"], sums["nll"], max(sums["tokens"], 1.0)
         scores = {f"{prefix}/loss": loss_sum / ntok, f"{prefix}/nll": nll_sum / ntok,
                   f"{prefix}/ppl": math.exp(min(nll_sum / ntok, 50.0))}
         if with_bleu:
             scores.update(self._corpus_scores(prefix, output_dir if strategy.is_global_zero else None))
         if prefix == "test":
-            scores[DECODE_SPEED_METRIC] = self._decode_speed(strategy)
+            scores[DECODE_SPEED_METRIC] = self.metrics.decode_speed.compute()
         if self.scores_carried_context:
-            scores.update(self._carried_usage_scores(strategy, nll_sum, ntok, scores["test/bleu"]))
+            scores.update(self._carried_usage_scores(nll_sum, ntok, scores["test/bleu"]))
         return scores
 
-    def _decode_speed(self, strategy: Any) -> float:
-        """Sentences per second of beam search: all ranks' sentences over the slowest rank's time."""
-        stats = strategy.all_gather(self.decode_stats.float().to(self.sums.device)).reshape(-1, 2)
-        return rate(float(stats[:, 1].sum()), float(stats[:, 0].max()))  # (world, [s, sents])
-
-    def _carried_usage_scores(self, strategy: Any, nll_sum: float, tokens: float, test_bleu: float
-                              ) -> dict[str, float]:
+    def _carried_usage_scores(self, nll_sum: float, tokens: float, test_bleu: float) -> dict[str, float]:
         """`cxmi` and `random_ctx/cxmi` (nats per target token that the carried state adds over none
         and over another document's; `nll_sum` is the loop's own), the test BLEU with another
         document's state (`random_ctx/bleu`, `random_ctx/bleu_delta`: the same batches and
         precision as the test BLEU) and the share of rows whose other state was of another
         collection (`random_ctx/other_collection`)."""
-        usage = self.carried_usage
-        blank, other = strategy.reduce(usage.nll, reduce_op="sum").tolist()
-        rows, other_collection = strategy.reduce(usage.rows, reduce_op="sum").tolist()
-        records, refs = self._gathered(usage.random_records)
+        sums = self.metrics.carried.compute()  # every rank's
+        records, refs = self._gathered(self.carried_usage.random_records)
         random_bleu = self._bleu([hyp for _, _, hyp in records], refs).score
-        return {"cxmi": (blank - nll_sum) / tokens, "random_ctx/cxmi": (other - nll_sum) / tokens,
+        return {"cxmi": (sums["blank_nll"] - nll_sum) / tokens,
+                "random_ctx/cxmi": (sums["other_nll"] - nll_sum) / tokens,
                 "random_ctx/bleu": random_bleu, "random_ctx/bleu_delta": random_bleu - test_bleu,
-                "random_ctx/other_collection": other_collection / max(rows, 1.0)}
+                "random_ctx/other_collection": sums["other_collection"] / max(sums["rows"], 1.0)}
 
     def _gathered(self, own: list[Record]) -> tuple[list[Record], list[str]]:
         """Every rank's records, in sentence order, and the split's references, one per record."""

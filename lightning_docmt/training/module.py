@@ -8,7 +8,9 @@ The shared recipe: label-smoothed cross entropy, Adam with the schedules of `sch
 (continuable across stages), the training throughput of `speed.py` (stored with every
 checkpoint), and one `EvaluationLoop` per validation or test loop (`evaluation_loop.py`: loss and
 BLEU over the *whole* split with every rank's hypotheses gathered, the test metrics, the test
-decoding speed).
+decoding speed). The states summed over batches and ranks are torchmetrics metrics (`metrics.py`),
+attributes of the module: `eval_metrics`, emptied by each evaluation loop, and `train_tokens`, the
+target tokens of the fit, which no validation resets.
 
 Loss normalisation (`scaled_loss`, `normalise_gradients`): an update's gradient is that of the loss
 summed over every rank and every accumulated batch, divided by all their target tokens together, as
@@ -51,6 +53,7 @@ from lightning_docmt.nn.output_loss import output_loss_of
 from lightning_docmt.nn.seq2seq import Seq2SeqModel
 from lightning_docmt.schedules import lr_lambda
 from lightning_docmt.training.evaluation_loop import EvaluationLoop
+from lightning_docmt.training.metrics import EvaluationMetrics, Sums
 from lightning_docmt.training.optimizer_phases import (
     PhaseCycle,
     check_training_hooks,
@@ -89,7 +92,8 @@ class DocMTModule(pl.LightningModule):
         self.own_lr_group: tuple[list[torch.nn.Parameter], float] | None = None
         self.output_dir: Path | None = None  # where test hypotheses and signatures are written
         self._train_clock = Stopwatch()  # training time of this fit, validation left out
-        self._train_tokens: torch.Tensor | int = 0  # this rank's trained target tokens (on device)
+        self.train_tokens = Sums("tokens", dtype=torch.long)  # the fit's trained target tokens
+        self.eval_metrics = EvaluationMetrics()  # of the current (or last) evaluation loop
         self._update_tokens: torch.Tensor | int = 0  # this rank's target tokens of the current update
         self._eval: EvaluationLoop | None = None  # the current (or last) validation or test loop
 
@@ -184,7 +188,7 @@ class DocMTModule(pl.LightningModule):
         prefix = "train" if phase is None else f"train/{phase}"
         for name, value in (terms.stats or {}).items():
             self.log(f"{prefix}/{name}", value.detach().float(), batch_size=bsz)
-        self._train_tokens = self._train_tokens + terms.tokens.detach()  # no host sync per step
+        self.train_tokens.update(tokens=terms.tokens.detach())  # no host sync per step
         loss = self.scaled_loss(terms)
         if self.phases is None:
             return loss  # automatic optimisation
@@ -311,9 +315,7 @@ class DocMTModule(pl.LightningModule):
         datamodule = self.trainer.datamodule
         checkpoint[VOCAB_KEY] = pack_vocabularies(datamodule.src_vocab, datamodule.tgt_vocab)
         # Every rank writes its checkpoint dict (only rank zero saves it), so the collectives are safe.
-        tokens = torch.as_tensor(self._train_tokens, device=self.device).long()
-        tokens = self.trainer.strategy.reduce(tokens, reduce_op="sum")
-        checkpoint[TRAIN_SPEED_KEY] = {"target_tokens": int(tokens),
+        checkpoint[TRAIN_SPEED_KEY] = {"target_tokens": int(self.train_tokens.compute()["tokens"]),
                                        "seconds": self._train_clock.seconds}
         checkpoint[RNG_KEY] = {"torch": torch.get_rng_state(), "python": random.getstate(),
                                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
@@ -349,7 +351,7 @@ class DocMTModule(pl.LightningModule):
         self._reset_eval("test")
 
     def _reset_eval(self, split: str) -> None:
-        self._eval = EvaluationLoop(self.model, self.cfg, self.trainer.datamodule, split, self.device)
+        self._eval = EvaluationLoop(self.model, self.cfg, self.trainer.datamodule, split, self.eval_metrics)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         beam = self.cfg.eval.valid_beam if self.cfg.eval.valid_bleu else 0

@@ -6,9 +6,11 @@ It must run as a script: Lightning's `ddp` strategy starts the other ranks by re
 `sys.argv`. Every training `Trainer` that `lightning_docmt.training.run` builds (one per stage) gets a
 `FitRecorder`, and every rank writes into RECORD_DIR, per stage S:
 
-- `rank<R>.<S>.json`: `{"rank", "world_size", "train": [{"epoch", "sent_index"}, ...] (one entry per
-  training batch), "validations": [{"sent_index", "bleu"}, ...] (one entry per validation run
-  outside the sanity check, with this rank's validation sentences and the logged `val/bleu`)}`
+- `rank<R>.<S>.json`: `{"rank", "world_size", "train": [{"epoch", "sent_index", "tokens"}, ...] (one
+  entry per training batch, with its target tokens), "validations": [{"sent_index", "bleu", "loss",
+  "nll", "batches"}, ...] (one entry per validation run outside the sanity check, with this rank's
+  validation sentences, the logged `val/bleu`, `val/loss` and `val/nll`, and per batch of this
+  rank its `loss_sum`, `nll_sum` and `tokens`, scored here by the model itself)}`
 - `rank<R>.<S>.initial.pt`, `rank<R>.<S>.final.pt`: the model's state_dict when training starts and ends.
 """
 
@@ -23,6 +25,7 @@ import lightning.pytorch as pl
 import torch
 
 from lightning_docmt import cli
+from lightning_docmt.batch import PAD_ID
 from lightning_docmt.training import run as train
 
 
@@ -33,6 +36,7 @@ class FitRecorder(pl.Callback):
         self.train: list[dict[str, Any]] = []
         self.validations: list[dict[str, Any]] = []
         self._val_sentences: list[int] = []
+        self._val_batches: list[dict[str, float]] = []
 
     def _path(self, trainer: pl.Trainer, suffix: str) -> Path:
         return self.record_dir / f"rank{trainer.global_rank}.{self.stage}.{suffix}"
@@ -46,23 +50,30 @@ class FitRecorder(pl.Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                              batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self.train.append({"epoch": trainer.current_epoch,
-                           "sent_index": batch["sent_index"].tolist()})
+        self.train.append({"epoch": trainer.current_epoch, "sent_index": batch["sent_index"].tolist(),
+                           "tokens": int(batch["tgt_out"].ne(PAD_ID).sum())})
 
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._val_sentences = []
+        self._val_batches = []
 
     def on_validation_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                                   batch: dict[str, torch.Tensor], batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
         self._val_sentences += batch["sent_index"].tolist()
 
+    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                                batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        terms = pl_module.model.loss_terms(batch, pl_module.output_loss)
+        self._val_batches.append({"loss_sum": float(terms.loss_sum), "nll_sum": float(terms.nll_sum),
+                                  "tokens": int(terms.tokens)})
+
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
             return
-        bleu = trainer.callback_metrics.get("val/bleu")
-        self.validations.append({"sent_index": self._val_sentences,
-                                 "bleu": None if bleu is None else float(bleu)})
+        logged = {name: trainer.callback_metrics.get(f"val/{name}") for name in ("bleu", "loss", "nll")}
+        self.validations.append({"sent_index": self._val_sentences, "batches": self._val_batches,
+                                 **{k: None if v is None else float(v) for k, v in logged.items()}})
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         torch.save(self._weights(pl_module), self._path(trainer, "final.pt"))

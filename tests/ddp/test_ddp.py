@@ -2,8 +2,9 @@
 
 Lightning's `ddp` strategy starts rank 1 by re-running `sys.argv`, which inside pytest would re-run
 pytest: the fit therefore runs `tests/ddp/ddp_fit_script.py` (`docmt fit` plus a callback that records,
-per rank and stage, the `sent_index` of every training and validation batch, `val/bleu`, and the
-weights when training starts and ends). One run of the tiny profile on `synthetic:tiny` is shared
+per rank and stage, the `sent_index` and target tokens of every training batch, the `sent_index`
+and loss sums of every validation batch, the logged validation metrics, and the weights when
+training starts and ends). One run of the tiny profile on `synthetic:tiny` is shared
 by the tests below: stage `main` (two epochs, validation every few steps), then a short stage
 `tune` from it that freezes all but `TUNE_TRAINABLE` and unfreezes `TUNE_MILESTONE` at step
 `TUNE_MILESTONE_STEP`, after DDP wrapped the model (callbacks/staged_unfreezing.py), then the run's test.
@@ -32,6 +33,7 @@ import torch
 from lightning_docmt.batch import PAD_ID
 from lightning_docmt.data.corpora import read_corpus
 from lightning_docmt.distributed import progress
+from lightning_docmt.training.speed import TRAIN_SPEED_KEY
 from tests.helpers.grad_update import RANK_BATCHES, union_batch
 from tests.helpers.grad_update import build_module as build_grad_module
 from tests.helpers.hook_stand_ins import PHASED
@@ -154,6 +156,36 @@ def test_validation_bleu_is_scored_once_on_the_gathered_validation_set(ddp_run):
     with open(run_dir / "main" / "metrics.csv", newline="") as f:
         logged = [float(row["val/bleu"]) for row in csv.DictReader(f) if row["val/bleu"]]
     assert logged == pytest.approx([v["bleu"] for v in validations[0]])
+
+
+@pytest.mark.fit
+@pytest.mark.subprocess
+def test_validation_loss_is_token_weighted_over_both_ranks_batches(ddp_run):
+    """Every validation logs, on both ranks, the loss and NLL summed over every batch of both ranks
+    divided by all their target tokens (`training/metrics.py`: torchmetrics sums them over the
+    ranks), not a mean of the ranks' or the batches' means."""
+    for rank0, rank1 in zip(*(r["validations"] for r in ddp_run.records)):
+        assert (rank0["loss"], rank0["nll"]) == (rank1["loss"], rank1["nll"])
+        batches = rank0["batches"] + rank1["batches"]
+        tokens = sum(b["tokens"] for b in batches)
+        assert rank0["nll"] == pytest.approx(sum(b["nll_sum"] for b in batches) / tokens, rel=1e-5)
+        assert rank0["loss"] == pytest.approx(sum(b["loss_sum"] for b in batches) / tokens, rel=1e-5)
+        rank_means = [sum(b["nll_sum"] for b in r) / sum(b["tokens"] for b in r)
+                      for r in (rank0["batches"], rank1["batches"])]
+        assert rank0["nll"] != pytest.approx(sum(rank_means) / 2, rel=1e-5)  # what an average would log
+
+
+@pytest.mark.fit
+@pytest.mark.subprocess
+def test_a_checkpoint_stores_the_target_tokens_that_both_ranks_trained(ddp_run):
+    """The last checkpoint of stage `main` stores, for its training throughput, every target token
+    that both ranks trained, once: neither the validations (every `VAL_EVERY` steps) nor the
+    checkpoints written at each of them reset or re-add the count."""
+    (run_dir,) = (ddp_run.runs_dir / "runs").iterdir()
+    checkpoint = torch.load(run_dir / "main" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert checkpoint["global_step"] == len(ddp_run.records[0]["train"]) > 2 * VAL_EVERY  # a batch per update
+    trained = sum(b["tokens"] for r in ddp_run.records for b in r["train"])
+    assert checkpoint[TRAIN_SPEED_KEY]["target_tokens"] == trained
 
 
 @pytest.mark.fit

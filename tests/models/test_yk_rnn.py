@@ -528,9 +528,9 @@ def test_a_shared_models_context_usage_is_scored_by_its_document_order_test_loop
                       "model:\n  arch: yk_rnn\n  context: shared\n  d_model: 16\ncontext:\n  side: mix\n"
                       "eval:\n  context_usage: true\ntrain:\n  max_steps: 4\n  val_every_steps: 4\n")
     positions, decoded = [], []
-    add_nll, add_random = CarriedContextUsage.add_nll, CarriedContextUsage.add_random_hypotheses
-    monkeypatch.setattr(CarriedContextUsage, "add_nll", lambda self, model, batch, loss: (
-        positions.append(batch["pos_in_doc"].tolist()) or add_nll(self, model, batch, loss)))
+    nll_sums, add_random = CarriedContextUsage.nll_sums, CarriedContextUsage.add_random_hypotheses
+    monkeypatch.setattr(CarriedContextUsage, "nll_sums", lambda self, model, batch, loss: (
+        positions.append(batch["pos_in_doc"].tolist()) or nll_sums(self, model, batch, loss)))
     monkeypatch.setattr(CarriedContextUsage, "add_random_hypotheses", lambda self, model, batch, tr: (
         decoded.append(batch["sent_index"].tolist()) or add_random(self, model, batch, tr)))
     monkeypatch.chdir(tmp_path)
