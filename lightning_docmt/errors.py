@@ -25,3 +25,8 @@ class DocMTInputError(Exception):
         self.path = str(path) if path is not None else None
         self.line = line
         self.key = key
+
+
+class TrainingStopped(Exception):
+    """A stage stopped on purpose (`callbacks/nonfinite_guard.py`); `str(err)` is the one line
+    shown (the CLI exits with status 1, a table records the row as failed and goes on)."""

@@ -15,7 +15,7 @@ from typing import Callable
 from lightning_docmt.cli import commands, demo
 from lightning_docmt.cli.parser import build_parser
 from lightning_docmt.distributed import agree_on_exit_status
-from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.errors import DocMTInputError, TrainingStopped
 from lightning_docmt.logs import set_verbose
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     except DocMTInputError as err:
         print(f"docmt {args.command}: error: {err}", file=sys.stderr)
         status = 2
+    except TrainingStopped as err:
+        print(f"docmt {args.command}: stopped: {err}", file=sys.stderr)
+        status = 1
     except BrokenPipeError:  # the reader went away (`docmt stats ... | head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again
         status = 0

@@ -227,6 +227,8 @@ class TrainConfig:
     # unfreezing milestones (config/composition.py). null: no cap.
     step_cap: Optional[int] = None
     checkpoint_every_steps: int = 500  # a resumable `resume.ckpt` every N steps (0: only at validation)
+    nonfinite_stop_after: int = 5  # updates in a row with a non-finite gradient that stop a stage
+    # (1: the first); fewer are skipped, counted and logged (callbacks/nonfinite_guard.py)
     early_stop_patience: int = 0  # 0: off
     accumulate: int = 1  # batches per update; derived instead when tokens_per_update is set
     tokens_per_update: Optional[int] = None  # a paper's batch per update, in budget tokens (padded

@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging
 from lightning_docmt.callbacks.lr_record import LearningRateRecord
+from lightning_docmt.callbacks.nonfinite_guard import NonFiniteGuard
 from lightning_docmt.callbacks.staged_unfreezing import matches
 from lightning_docmt.checkpoints import (
     VOCAB_KEY,
@@ -200,6 +201,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     best, best_score = checkpointer.best_model_path or checkpointer.last_model_path, checkpointer.best_model_score
     averaging = next((c for c in trainer.callbacks if isinstance(c, CheckpointAveraging)), None)
     lr_record = next(c for c in trainer.callbacks if isinstance(c, LearningRateRecord))
+    guard = next(c for c in trainer.callbacks if isinstance(c, NonFiniteGuard))
     if averaging is not None and averaging.snapshots:  # the averaged model is the stage's
         result = averaging.average_and_validate(trainer, module)
         best, best_score = averaging.checkpoint_path, result["validation"].get(monitor_metric(scfg)[0])
@@ -215,7 +217,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
                 "best": str(best), "stage": name, "seconds": round(time.time() - started, 1),
                 "best_score": _scalar(best_score),
                 "validation": validation_curve(stage_dir, monitor_metric(scfg)[0]),
-                "update": size.record(), "lr": lr_record.records,
+                "update": size.record(), "lr": lr_record.records, "nonfinite_skipped": guard.skipped,
                 **datamodule.training_pairs(), **start}
         done.write_text(json.dumps(info, indent=1) + "\n")
         speed = final.get(TRAIN_SPEED_KEY)

@@ -123,7 +123,7 @@ def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
                   if k not in ("contrastive", "suites_dir", "context_usage", "random_context_decodes")}  # after testing
     limits = {k: plain["train"][k] for k in ("max_steps", "max_epochs", "max_time_minutes", "accumulate",
                                                "tokens_per_update", "val_every_steps", "precision",
-                                               "average")}
+                                               "average", "nonfinite_stop_after")}
     payload = {"version": STAGE_FORMAT_VERSION, "data": data, "vocab": plain["vocab"],
                "context": plain["context"], "model": plain["model"], "eval": evaluation,
                "optim": plain["train"]["optim"], "seed": plain["train"]["seed"],

@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging
 from lightning_docmt.callbacks.lr_record import LearningRateRecord
+from lightning_docmt.callbacks.nonfinite_guard import NonFiniteGuard
 from lightning_docmt.callbacks.progress_line import ProgressLine
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.distributed import progress
@@ -148,6 +149,8 @@ def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_te
                       ProgressLine(stage_name, cfg.logging.progress_every_steps)]
         if stage is not None:
             callbacks.append(StagedUnfreezing.from_stage(stage_name, stage))
+        # after StagedUnfreezing, whose all-reduce makes every rank's gradient the same
+        callbacks.append(NonFiniteGuard(stage_name, train.nonfinite_stop_after))
         if train.average.checkpoints > 0:
             callbacks.append(CheckpointAveraging(train.average.checkpoints, train.average.rule,
                                                  out_dir / "averaging", monitor=monitor, mode=mode))
