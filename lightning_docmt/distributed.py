@@ -12,7 +12,9 @@ that only global rank zero writes, while every rank still trains. Every rank sha
 from __future__ import annotations
 
 import os
+import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -71,3 +73,42 @@ def gather_objects(value: Any) -> list[Any]:
     gathered: list[Any] = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(gathered, value)
     return gathered
+
+
+_LOCAL_RANKS: dict[int, int] = {}  # pid -> local rank, of the ranks Lightning's launcher started here
+
+
+def note_local_ranks() -> None:
+    """Remember which child process of this one is which local rank. Lightning's `ddp` launcher
+    starts local ranks 1..N-1 as children of rank zero, each with `LOCAL_RANK` in its environment,
+    which a process that has died no longer shows: `departed_rank` names one from this note. Linux
+    (`/proc`); elsewhere nothing is noted."""
+    try:
+        children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
+    except OSError:
+        return
+    for child in map(int, children):
+        try:
+            environment = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        rank = next((item.split(b"=", 1)[1] for item in environment if item.startswith(b"LOCAL_RANK=")), None)
+        if rank is not None and rank.isdigit():
+            _LOCAL_RANKS[child] = int(rank)
+
+
+def departed_rank() -> str | None:
+    """'local rank R (pid P) ended with signal S / exit status E' for the first noted rank that has
+    ended other than cleanly, else None. Peeks without reaping (`WNOWAIT`), so Lightning's own
+    watch over its children still sees the exit."""
+    for pid, rank in sorted(_LOCAL_RANKS.items(), key=lambda item: item[1]):
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # already reaped
+            continue
+        if info is None or (info.si_code == os.CLD_EXITED and info.si_status == 0):
+            continue
+        how = (f"exit status {info.si_status}" if info.si_code == os.CLD_EXITED
+               else f"signal {signal.Signals(info.si_status).name}")
+        return f"local rank {rank} (pid {pid}) ended with {how}"
+    return None

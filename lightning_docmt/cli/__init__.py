@@ -14,7 +14,7 @@ from typing import Callable
 
 from lightning_docmt.cli import commands, demo
 from lightning_docmt.cli.parser import build_parser
-from lightning_docmt.distributed import agree_on_exit_status
+from lightning_docmt.distributed import agree_on_exit_status, departed_rank
 from lightning_docmt.errors import DocMTInputError, TrainingStopped
 from lightning_docmt.logs import set_verbose
 
@@ -56,10 +56,18 @@ def main(argv: list[str] | None = None) -> int:
         status = COMMANDS[args.command](args)
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
     except DocMTInputError as err:
-        print(f"docmt {args.command}: error: {err}", file=sys.stderr)
-        status = 2
+        departed = departed_rank()  # a table row failed because a rank of its DDP run died
+        print(f"docmt {args.command}: error: {departed + ': ' if departed else ''}{err}", file=sys.stderr)
+        status = 1 if departed else 2
     except TrainingStopped as err:
         print(f"docmt {args.command}: stopped: {err}", file=sys.stderr)
+        status = 1
+    except Exception as err:
+        departed = departed_rank()
+        if departed is None:
+            raise
+        print(f"docmt {args.command}: error: {departed}, and this rank stopped with it "
+              f"({type(err).__name__}); `docmt fit --resume RUN_DIR` continues the run", file=sys.stderr)
         status = 1
     except BrokenPipeError:  # the reader went away (`docmt stats ... | head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again

@@ -44,7 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.checkpoints import VOCAB_KEY, pack_vocabularies
 from lightning_docmt.config.registry import build_model
-from lightning_docmt.distributed import gather_objects
+from lightning_docmt.distributed import gather_objects, note_local_ranks
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.own_outputs import OutputTokens
 from lightning_docmt.nn.carried_state import CarriedState
@@ -220,6 +220,8 @@ class DocMTModule(pl.LightningModule):
     # validation (which runs inside it); sanity checking happens before it starts.
     def on_train_start(self) -> None:
         self._train_clock.start()
+        if self.trainer.world_size > 1:  # the ranks Lightning started here, to name one that dies
+            note_local_ranks()
 
     def on_train_end(self) -> None:
         self._train_clock.stop()
