@@ -253,7 +253,7 @@ def execute_run(cfg: DictConfig, run_dir: Path, run_row: RunRow, *, row: str, se
     outcome = (METRICS_FILE, ERROR_FILE) if held_elsewhere else (METRICS_FILE,)
     with claimed(run_dir.with_name(run_dir.name + ".lock"),
                  lambda: any((run_dir / name).is_file() for name in outcome),
-                 f"[{cfg.logging.group}] row {row}, seed {seed}", wait=wait) as claim:
+                 f"row {row}, seed {seed} of {cfg.logging.group}", wait=wait) as claim:
         if claim == BUSY:
             return None
         if claim == PUBLISHED:

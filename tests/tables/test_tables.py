@@ -434,7 +434,7 @@ def test_a_run_another_process_holds_is_left_for_last_waited_for_and_its_outcome
     other.thread.join()
     assert training.order == order
     assert [(r.row, r.status) for r in result.records] == [("small", status), ("large", DONE)]
-    assert "[unit.t1] row small, seed 1: waiting for pid" in capsys.readouterr().out
+    assert "[docmt] row small, seed 1 of unit.t1: waiting for pid" in capsys.readouterr().out
     assert not list((tmp_path / "r" / "unit.t1").rglob("*.lock"))
 
 
