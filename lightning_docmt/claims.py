@@ -75,7 +75,7 @@ def _follow_rank_zero() -> str:
 
 def _rank_zero(lock: OwnerLock, published: Callable[[], bool], label: str, wait: bool,
                together: bool) -> str:
-    shown = None  # the owner last named
+    shown = None  # the holder last named
     while not published():
         if lock.try_acquire():
             if lock.replaced:
@@ -86,15 +86,18 @@ def _rank_zero(lock: OwnerLock, published: Callable[[], bool], label: str, wait:
             _hold_for_tests(label)
             return OWNED
         owner = lock.owner()
+        if owner is None and not lock.path.exists():  # released since: try again at once
+            continue
+        holder = str(owner) if owner else "an owner whose record is unreadable"
         if not together and launched_with_peers():
-            progress(f"{label}: {lock.path} is held by {owner}, but the ranks of this launch cannot wait "
+            progress(f"{label}: {lock.path} is held by {holder}, but the ranks of this launch cannot wait "
                      "for it before their process group exists: going ahead without the lock")
             return OWNED
         if not wait:
             return BUSY
-        if owner is not None and owner.token != shown:
-            progress(f"{label}: waiting for {owner}, who holds {lock.path}")
-            shown = owner.token
+        if holder != shown:
+            progress(f"{label}: waiting for {holder}, who holds {lock.path}")
+            shown = holder
         if together:
             broadcast_from_zero(_WAITING)
         time.sleep(POLL_S)

@@ -228,7 +228,7 @@ def train_stage(scfg: DictConfig, name: str, key: str, store: Path, stage_dir: P
                 "validation": validation_curve(stage_dir, monitor_metric(scfg)[0]),
                 "update": size.record(), "lr": lr_record.records,
                 **datamodule.training_pairs(), **start}
-        written = done.with_name(done.name + ".tmp")  # by the stage's one owner (claims.py)
+        written = done.with_name(f"{done.name}.{os.getpid()}.tmp")  # as checkpoints.save_atomically
         written.write_text(json.dumps(info, indent=1) + "\n")
         os.replace(written, done)
         speed = final.get(TRAIN_SPEED_KEY)
