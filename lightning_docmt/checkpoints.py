@@ -104,8 +104,9 @@ def unpack_vocabularies(packed: dict[str, bytes]) -> tuple[Vocabulary, Vocabular
 
 
 def save_atomically(obj: Any, path: Path) -> None:
-    """`torch.save` through a temporary file: `path` appears complete or not at all."""
-    tmp = path.with_name(path.name + ".tmp")
+    """`torch.save` through a temporary file of this process: `path` appears complete or not at all,
+    also when two processes write it at once (locks.py: an owner presumed dead may still publish)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)
 

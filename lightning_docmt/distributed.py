@@ -20,11 +20,20 @@ from typing import Any
 import torch
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+# What a launcher that starts every rank at once sets to the number of processes (torchrun, srun).
+WORLD_VARIABLES = ("WORLD_SIZE", "SLURM_NTASKS")
 
 
 def is_global_zero() -> bool:
     """True unless a launcher's rank variable says this is another process of a distributed run."""
     return all(os.environ.get(name, "0") == "0" for name in RANK_VARIABLES)
+
+
+def launched_with_peers() -> bool:
+    """True when a launcher started this process among others (torchrun, srun), so that its peers
+    may run before any process group exists. Lightning's own `ddp` launcher starts the other local
+    ranks only once rank zero is inside its first `trainer.fit`."""
+    return any(int(os.environ.get(name) or 1) > 1 for name in WORLD_VARIABLES)
 
 
 def progress(message: str) -> None:
@@ -36,6 +45,20 @@ def progress(message: str) -> None:
 
 def _world() -> int:
     return torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+
+
+def in_process_group() -> bool:
+    """True once this process is one rank of an open process group of several."""
+    return _world() > 1
+
+
+def broadcast_from_zero(value: Any) -> Any:
+    """Rank zero's `value` (picklable) on every rank; `value` outside a distributed run."""
+    if _world() == 1:
+        return value
+    box = [value]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def barrier() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -43,6 +43,23 @@ def trainer_settings(device: torch.device) -> dict[str, object]:
     """The `trainer:` keys that run on `device` alone (one process, one device)."""
     accelerator, devices = ("cpu", 1) if device.type == "cpu" else ("gpu", [device.index or 0])
     return {"accelerator": accelerator, "devices": devices, "num_nodes": 1, "strategy": "auto"}
+
+
+def planned_processes(trainer: Mapping[str, Any]) -> int:
+    """How many processes a run with these `trainer:` settings trains in, as Lightning counts them:
+    its devices (a count, a list or comma-separated string of indices, or `auto` and -1: every GPU
+    here with a GPU accelerator, one process on the CPU) times `num_nodes`."""
+    devices = trainer.get("devices", "auto")
+    if isinstance(devices, Sequence) and not isinstance(devices, str):
+        count = len(devices)
+    elif str(devices) in ("auto", "-1"):
+        on_gpu = str(trainer.get("accelerator", "auto")) in ("auto", "gpu", "cuda")
+        count = max(torch.cuda.device_count() if on_gpu else 0, 1)
+    elif "," in str(devices):
+        count = len([part for part in str(devices).split(",") if part.strip()])
+    else:
+        count = int(devices)
+    return count * int(trainer.get("num_nodes", 1))
 
 
 def with_device(overrides: Sequence[str], name: str | None) -> list[str]:

@@ -24,7 +24,15 @@ significance from the archived hypotheses, no training) and trains only the seed
 table can be filled over several machines or sessions.
 
 The training itself is injected: `run_row(cfg, run_dir) -> {metric: value}`, so this module knows
-nothing of models. `dry_run` instead returns one `docmt fit` command per run, for cluster schedulers.
+nothing of models. `dry_run` instead returns one `docmt fit` command per run, for cluster schedulers:
+each carries `--results`, `--seed`, `--profile`, `--device` and the overrides, so the runs they write
+are the ones that `docmt table` with the same options collects.
+
+Several processes may run a table at once (the same `docmt table` command started N times, or the
+dry run's commands): each run is done by one of them, the one holding `<row>/seed<S>.lock`
+(`claims.py`); another leaves it for later, runs the others, then waits for it and reports what its
+holder wrote. Rows that share a stage train it once (`training/run.py`). Every process writes the
+same report at its end, from the same finished runs.
 
 DDP: Lightning's `ddp` strategy re-launches the command (`docmt table ...`) once per extra device,
 so every rank walks the same table and joins each `trainer.fit`; only global rank zero writes
@@ -49,11 +57,12 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from omegaconf import DictConfig, OmegaConf
 
+from lightning_docmt.claims import BUSY, PUBLISHED, claimed
 from lightning_docmt.config.composition import CONFIG_FILENAME, RESOLVED_KEY, save_config, schema_defaults
 from lightning_docmt.config.schema import inert_keys
-from lightning_docmt.distributed import is_global_zero, progress
+from lightning_docmt.distributed import in_process_group, is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.inference.device import with_device
+from lightning_docmt.inference.device import planned_processes, with_device
 from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
 from lightning_docmt.tables.curve import curve_points, write_curve_csv, write_curve_png
 from lightning_docmt.tables.dashboard import log_table_to_wandb
@@ -144,14 +153,13 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
     if dry_run:
         return TableOutcome(table=table, commands=fit_commands(table, plan, profile, cli_overrides,
                                                                with_seed=seed_list is not None,
-                                                               device=device))
+                                                               device=device, results_dir=results_dir))
     if run_row is None:
         raise ValueError("run_table needs a run_row function unless dry_run is set")
     note = other_code_note([check_reusable(planned.cfg, planned.run_dir) for planned in plan])
     if note and is_global_zero():
         progress(f"{table.id}: {note}")
-    records = [execute_run(planned.cfg, planned.run_dir, run_row, row=planned.row.name,
-                           seed=planned.seed) for planned in plan]
+    records = execute_plan(plan, run_row)
     if not is_global_zero():
         return TableOutcome(table=table, records=records)
     out_dir = Path(results_dir) / table.id
@@ -193,12 +201,15 @@ def table_results(table: Table, results_dir: str | Path, seeds: Sequence[int] | 
 
 
 def fit_commands(table: Table, plan: Sequence[PlannedRun], profile: str | None,
-                 cli_overrides: Sequence[str], *, with_seed: bool, device: str | None = None) -> list[str]:
-    """One shell-quoted `docmt fit TABLE --row NAME [--seed S] [--profile P] [--device D] [k=v ...]`
-    per run."""
+                 cli_overrides: Sequence[str], *, with_seed: bool, device: str | None = None,
+                 results_dir: str | Path = "results") -> list[str]:
+    """One shell-quoted `docmt fit TABLE --row NAME --results DIR [--seed S] [--profile P]
+    [--device D] [k=v ...]` per run: every option that decides where the run is written and what it
+    trains, so that the runs these commands write are the runs `docmt table` with the same options
+    finds (the paths as given, relative to the directory the commands run in)."""
     commands = []
     for planned in plan:
-        argv = ["docmt", "fit", str(table.path), "--row", planned.row.name]
+        argv = ["docmt", "fit", str(table.path), "--row", planned.row.name, "--results", str(results_dir)]
         argv += ["--seed", str(planned.seed)] if with_seed else []
         argv += ["--profile", profile] if profile else []
         argv += ["--device", device] if device else []
@@ -206,11 +217,56 @@ def fit_commands(table: Table, plan: Sequence[PlannedRun], profile: str | None,
     return commands
 
 
-def execute_run(cfg: DictConfig, run_dir: Path, run_row: RunRow, *, row: str, seed: int) -> RunRecord:
-    """Run one (row, seed) unless finished; record metrics or the failure; never raise on failure."""
-    if (run_dir / METRICS_FILE).is_file():
-        return RunRecord(row=row, seed=seed, run_dir=run_dir, status=FINISHED,
-                         metrics=_read_json(run_dir / METRICS_FILE), log_path=run_dir / LOG_FILE)
+def execute_plan(plan: Sequence[PlannedRun], run_row: RunRow) -> list[RunRecord]:
+    """The record of every planned run, in plan order, each run done by one process of those that
+    run the table at once: a run that another process holds is left for later and waited for once
+    the others are done (when this process may leave it: `may_defer`); if that process failed it,
+    it is recorded as failed, not run again."""
+    records: dict[int, RunRecord] = {}
+    later = []
+    for i, planned in enumerate(plan):
+        record = execute_run(planned.cfg, planned.run_dir, run_row, row=planned.row.name,
+                             seed=planned.seed, wait=not may_defer(planned.cfg))
+        if record is None:
+            later.append(i)
+        else:
+            records[i] = record
+    for i in later:
+        planned = plan[i]
+        records[i] = execute_run(planned.cfg, planned.run_dir, run_row, row=planned.row.name,
+                                 seed=planned.seed, held_elsewhere=True)
+    return [records[i] for i in range(len(plan))]
+
+
+def may_defer(cfg: DictConfig) -> bool:
+    """Whether this process may leave a run that another process holds for later: a process that
+    trains alone, or a DDP rank whose process group is open (rank zero's decisions reach the other
+    ranks). Not a DDP rank zero before it: the ranks that Lightning starts in its first
+    `trainer.fit` walk the table from its start and would not skip the run (`claims.py`)."""
+    return in_process_group() or planned_processes(cfg.trainer) == 1
+
+
+def execute_run(cfg: DictConfig, run_dir: Path, run_row: RunRow, *, row: str, seed: int,
+                wait: bool = True, held_elsewhere: bool = False) -> RunRecord | None:
+    """Run one (row, seed) unless finished; record metrics or the failure; never raise on failure.
+
+    Several processes may want the run at once (a table or a fan-out launched more than once): one
+    runs it (`claims.claimed` on `<run dir>.lock`) and the others wait for its outcome, or return
+    None at once without `wait`. `held_elsewhere`: another process held the run earlier in this
+    table run, so a failure recorded since is its outcome (that process removed any older one when
+    it began) and is not retried."""
+    outcome = (METRICS_FILE, ERROR_FILE) if held_elsewhere else (METRICS_FILE,)
+    with claimed(run_dir.with_name(run_dir.name + ".lock"),
+                 lambda: any((run_dir / name).is_file() for name in outcome),
+                 f"row {row}, seed {seed} of {cfg.logging.group}", wait=wait) as claim:
+        if claim == BUSY:
+            return None
+        if claim == PUBLISHED:
+            return _record_on_disk(row, seed, run_dir)
+        return _run(cfg, run_dir, run_row, row=row, seed=seed)
+
+
+def _run(cfg: DictConfig, run_dir: Path, run_row: RunRow, *, row: str, seed: int) -> RunRecord:
     run_dir.mkdir(parents=True, exist_ok=True)
     if not is_global_zero():  # another rank of a DDP run: train, leave the records to rank zero
         return RunRecord(row=row, seed=seed, run_dir=run_dir, status=DONE,

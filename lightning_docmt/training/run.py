@@ -11,14 +11,18 @@ training, so that a bad entry fails first).
 
 Each stage's config, key and checks come from `stages.py`. A finished stage's final checkpoint is
 stored under `<data.cache_dir>/stages/<key>/`; a later run (another table row, another seed of the
-same stage 1) reuses it instead of training again.
+same stage 1) reuses it instead of training again. Runs started at once that share a stage (rows of
+a table fanned out over processes) train it once: the first takes the lock
+`<data.cache_dir>/stages/<key>.lock`, the others wait for it and reuse what it publishes
+(`claims.py`, `locks.py`).
 
 A run is one wandb run (`dashboard.py`): the curves of its stages under their names, then its
 stages' records and its scores as the run's summary.
 
 DDP: Lightning's `ddp` strategy re-runs the command for local ranks 1..N-1, so every rank goes
 through `fit_run`: all of them train and test, in the run directory rank zero chose, and only
-global rank zero writes the run's records (`config.yaml`, `run.json`, `metrics.json`).
+global rank zero writes the run's records (`config.yaml`, `run.json`, `metrics.json`) and takes a
+stage's lock; the other ranks train or reuse the stage as rank zero decides.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from lightning_docmt.checkpoints import (
     read_checkpoint,
     save_atomically,
 )
+from lightning_docmt.claims import PUBLISHED, claimed
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.config.registry import get_arch
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
@@ -138,7 +143,9 @@ def resumable_checkpoint(stage_dir: Path, key: str) -> Path | None:
 
 def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, StageResult],
               resume: bool = False, dashboard: GuardedRun | None = None) -> StageResult:
-    """Train one stage into `<run_dir>/<name>/` (or reuse it from the stage cache).
+    """Train one stage into `<run_dir>/<name>/`, or reuse it from the stage cache: there, or once
+    another process that was training it has published it (`claims.claimed`: one process trains a
+    stage at a time, the others wait for it).
 
     `resume`: continue from the newest checkpoint an interrupted run of this very stage (same key)
     left in its directory, with the sampler position, optimizer, schedule, frozen set and averaging
@@ -155,11 +162,23 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     key = stage_key(scfg, name, parent_key)
     store = Path(scfg.data.cache_dir) / "stages" / key
     done = store / "done.json"
-    if done.is_file():
-        info = json.loads(done.read_text())
-        progress(f"stage '{name}': reusing {store} (trained before with the same config)")
-        return StageResult(name, key, store / "final.ckpt", info["global_step"], info["schedule_step"], reused=True)
+    # one process trains a stage that several want at once; the others wait for it (claims.py)
+    with claimed(store.with_name(f"{key}.lock"), done.is_file, f"stage '{name}'") as claim:
+        if claim == PUBLISHED:
+            info = json.loads(done.read_text())
+            progress(f"stage '{name}': reusing {store} (trained before with the same config)")
+            return StageResult(name, key, store / "final.ckpt", info["global_step"], info["schedule_step"],
+                               reused=True)
+        return train_stage(scfg, name, key, store, run_dir / name, init, resume, dashboard)
 
+
+def train_stage(scfg: DictConfig, name: str, key: str, store: Path, stage_dir: Path,
+                init: StageResult | None, resume: bool, dashboard: GuardedRun | None = None) -> StageResult:
+    """Train stage `name` of config `scfg` into `stage_dir` (starting from `init`, an earlier stage
+    of the run, or from the checkpoint its `init_from` names), then publish it to the stage cache
+    `store`: `final.ckpt`, then `done.json` (the mark of a published stage), both written atomically."""
+    stage = scfg.train.stages[name]
+    done = store / "done.json"
     start: dict[str, float] = {}
     pl.seed_everything(scfg.train.seed, workers=True, verbose=is_verbose())
     datamodule = DocumentWindowDataModule(scfg.data, scfg.vocab, scfg.context, seed=scfg.train.seed)
@@ -176,7 +195,6 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
         progress(f"stage '{name}': {len(pretrained)} tensors from the pretrained encoder "
                  f"'{scfg.model.get('pretrained_encoder')}'")
         pretrained_lr_group(module, pretrained, scfg, name)
-    stage_dir = run_dir / name
     checkpoint = resumable_checkpoint(stage_dir, key) if resume else None
     if init_ckpt is not None:
         missing = load_weights(module, init_ckpt, init_from=f"train.stages.{name}.init_from",
@@ -219,7 +237,9 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
                 "validation": validation_curve(stage_dir, monitor_metric(scfg)[0]),
                 "update": size.record(), "lr": lr_record.records, "nonfinite_skipped": guard.skipped,
                 **datamodule.training_pairs(), **start}
-        done.write_text(json.dumps(info, indent=1) + "\n")
+        written = done.with_name(f"{done.name}.{os.getpid()}.tmp")  # as checkpoints.save_atomically
+        written.write_text(json.dumps(info, indent=1) + "\n")
+        os.replace(written, done)
         speed = final.get(TRAIN_SPEED_KEY)
         progress(stage_summary(info, monitor_metric(scfg)[0],
                                rate(speed["target_tokens"], speed["seconds"]) if speed else None))

@@ -8,10 +8,11 @@ import shlex
 from types import SimpleNamespace
 
 import pytest
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.config.composition import compose
-from lightning_docmt.inference.device import trainer_settings
+from lightning_docmt.inference.device import planned_processes, trainer_settings
 from lightning_docmt.tables.spec import load_table
 from tests.helpers.cli_run import CORPUS, docmt, write_config
 from tests.helpers.paths import EXPERIMENTS
@@ -133,10 +134,27 @@ def test_table_dry_run_gives_every_row_the_device(tmp_path):
     for command in commands:
         argv = shlex.split(command)
         assert argv[argv.index("--device") + 1] == "cuda:1"
-        assert printed_config(*argv[2:]).trainer.devices == [1]  # the listed command trains there
+        where = argv.index("--results")  # where the run is written, not what it trains
+        assert printed_config(*argv[2:where], *argv[where + 2:]).trainer.devices == [1]  # it trains there
 
 
 def test_unknown_trainer_key_fails_a_dry_run_in_one_line():
     done = docmt("table", ZHANG_T8, "--dry-run", "trainer.devcies=2")
     assert done.code == 2 and done.out == "" and done.err.count("\n") == 1
     assert "key 'trainer.devcies'" in done.err and "did you mean 'devices'?" in done.err
+
+
+@pytest.mark.parametrize("trainer, gpus, processes", [
+    ({"accelerator": "cpu", "devices": "auto"}, 4, 1),
+    ({"accelerator": "auto", "devices": "auto"}, 4, 4),
+    ({"accelerator": "auto", "devices": -1}, 0, 1),
+    ({"devices": 2, "num_nodes": 3}, 0, 6),
+    ({"devices": "3"}, 0, 3),
+    ({"devices": [0, 2]}, 4, 2),
+    ({"devices": "0,2,"}, 4, 2),
+    (trainer_settings(torch.device("cuda:1")), 4, 1),
+])
+def test_the_processes_a_run_trains_in_are_counted_as_lightning_counts_them(monkeypatch, trainer, gpus, processes):
+    """What decides whether `docmt table` may leave a run another process holds for later (tables/runner.py)."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert planned_processes(OmegaConf.create(trainer)) == processes

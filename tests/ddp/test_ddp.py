@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -37,9 +36,9 @@ from lightning_docmt.training.speed import TRAIN_SPEED_KEY
 from tests.helpers.grad_update import RANK_BATCHES, union_batch
 from tests.helpers.grad_update import build_module as build_grad_module
 from tests.helpers.hook_stand_ins import PHASED
-from tests.helpers.paths import DDP_SCRIPTS, REPO
+from tests.helpers.paths import DDP_SCRIPTS
 from tests.helpers.run_checks import assert_test_bleu_rescores
-from tests.helpers.run_env import LAUNCH_VARIABLES
+from tests.helpers.run_env import subprocess_env
 
 SCRIPT = DDP_SCRIPTS / "ddp_fit_script.py"
 GRAD_SCRIPT = DDP_SCRIPTS / "ddp_grad_script.py"
@@ -66,14 +65,6 @@ def sentence_count(split: str) -> int:
     return sum(len(d.src) for d in read_corpus(CORPUS).documents if d.split == split)
 
 
-def script_env() -> dict[str, str]:
-    """The environment of a DDP script: none of an enclosing launch's variables, one thread per
-    rank (two ranks on a small machine must not oversubscribe its cores), no wandb."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
-    env.update(PYTHONPATH=str(REPO), WANDB_MODE="disabled", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    return env
-
-
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> DDPRun:
     tmp = tmp_path_factory.mktemp("ddp")
@@ -85,7 +76,7 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> DDPRun:
                f"trainer.devices={WORLD}", "trainer.strategy=ddp", "trainer.accelerator=cpu",
                "train.max_steps=-1", "train.step_cap=null", "train.max_epochs=2", f"train.val_every_steps={VAL_EVERY}",
                "data.max_tokens=6000", TUNE_STAGE, "train.schedule=[main,tune]"]
-    proc = subprocess.run(command, cwd=tmp, env=script_env(), capture_output=True, text=True,
+    proc = subprocess.run(command, cwd=tmp, env=subprocess_env(), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, f"DDP fit failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     ranks = range(WORLD)
@@ -248,7 +239,7 @@ def ddp_update(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     manual optimisation): per rank, the initial weights and the update's gradients."""
     out = tmp_path_factory.mktemp("ddp_grad")
     proc = subprocess.run([sys.executable, str(GRAD_SCRIPT), str(out), request.param], cwd=out,
-                          env=script_env(), capture_output=True, text=True, timeout=300)
+                          env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"DDP update failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return request.param, [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
 

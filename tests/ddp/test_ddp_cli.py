@@ -4,7 +4,6 @@ both ranks and exit 0; a rank that fails makes the command fail."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,20 +12,17 @@ import pytest
 
 from tests.helpers.paths import DDP_SCRIPTS, REPO
 from tests.helpers.run_checks import assert_test_bleu_rescores
-from tests.helpers.run_env import LAUNCH_VARIABLES
+from tests.helpers.run_env import DOCMT, subprocess_env
 
 pytestmark = [pytest.mark.fit, pytest.mark.subprocess]
 
-DOCMT = Path(sys.executable).parent / "docmt"
 README_DDP = ["fit", str(REPO / "experiments" / "demo.yaml"), "--row", "transformer", "--profile", "tiny",
               "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"]
 SHORT = ["train.max_steps=6", "train.val_every_steps=6", "data.corpus=synthetic:tiny"]
 
 
 def launch(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
-    environ.update(WANDB_MODE="disabled", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **env)
-    return subprocess.run(argv, cwd=cwd, env=environ, capture_output=True, text=True, timeout=300)
+    return subprocess.run(argv, cwd=cwd, env=subprocess_env(**env), capture_output=True, text=True, timeout=300)
 
 
 def test_the_readme_ddp_command_finishes_cleanly_on_both_ranks(tmp_path):

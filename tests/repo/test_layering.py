@@ -76,14 +76,15 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 FLOORS = (  # bottom first; "" is the package's own __init__
     # the ground: imports nothing of ours
-    {"", "errors", "batch", "resources", "distributed", "schedules", "logs", "line_files", "wandb_runs"},
+    {"", "errors", "batch", "resources", "distributed", "schedules", "logs", "line_files", "wandb_runs",
+     "locks"},
     {"config"},
     {"data"},
     {"nn", "checkpoints"},
     {"models", "pretraining"},
     {"inference"},
     {"evaluation"},
-    {"callbacks", "provenance"},
+    {"callbacks", "provenance", "claims"},
     {"training"},
     {"tables"},
     {"cli"},

@@ -134,7 +134,7 @@ def test_dry_run_prints_the_fit_commands_of_every_selected_part(grid_file, tmp_p
     outcome = docmt("table", grid_file, "--dry-run", "--parts", "y-x", "--results", tmp_path / "r")
     commands = outcome.out.strip().splitlines()
     assert outcome.code == 0 and len(commands) == len(ROWS) * 2
-    assert all("part_b.yaml" in c and "--row" in c for c in commands)
+    assert all("part_b.yaml" in c and "--row" in c and f"--results {tmp_path / 'r'} " in c for c in commands)
     assert not (tmp_path / "r").exists()
 
 

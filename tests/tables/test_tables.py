@@ -7,20 +7,24 @@ import json
 import logging
 import shlex
 import statistics
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
+from lightning_docmt import claims
 from lightning_docmt.config.composition import compose
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
+from lightning_docmt.locks import OwnerLock
 from lightning_docmt.tables.dashboard import log_table_to_wandb
 from lightning_docmt.tables.report import run_provenance
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import compose_file, compose_row, load_table
-from lightning_docmt.tables.summaries import DONE, RunRecord, summarize
+from lightning_docmt.tables.summaries import DONE, FAILED, FINISHED, RunRecord, summarize
 from tests.helpers.cli_run import docmt
 from tests.helpers.stand_in_archs import CTX
 
@@ -190,14 +194,15 @@ def test_rows_run_separately_fill_one_table(table_file, tmp_path):
 
 
 def test_dry_run_prints_one_fit_command_per_run_and_runs_nothing(table_file, tmp_path):
+    """Each command carries every option that decides where its run is written and what it trains."""
     outcome = run_table(table_file, rows="small,large", seeds=[3], profile="tiny",
-                        cli_overrides=["data.corpus=jsonl:my corpus.jsonl"],
-                        results_dir=tmp_path / "r", dry_run=True)
+                        cli_overrides=["data.corpus=jsonl:my corpus.jsonl"], device="cpu",
+                        results_dir=tmp_path / "my results", dry_run=True)
     assert outcome.commands == [
-        f"docmt fit {table_file} --row {row} --seed 3 --profile tiny "
-        "'data.corpus=jsonl:my corpus.jsonl'" for row in ("small", "large")]
+        f"docmt fit {table_file} --row {row} --results '{tmp_path / 'my results'}' --seed 3 --profile tiny "
+        "--device cpu 'data.corpus=jsonl:my corpus.jsonl'" for row in ("small", "large")]
     assert shlex.split(outcome.commands[0])[-1] == "data.corpus=jsonl:my corpus.jsonl"
-    assert not (tmp_path / "r").exists() and outcome.records == []
+    assert not (tmp_path / "my results").exists() and outcome.records == []
 
 
 def test_dry_run_without_seeds_leaves_the_seed_to_the_config(table_file, tmp_path):
@@ -205,7 +210,7 @@ def test_dry_run_without_seeds_leaves_the_seed_to_the_config(table_file, tmp_pat
     del spec["seeds"]
     table_file.write_text(yaml.safe_dump(spec))
     outcome = run_table(table_file, rows="small", dry_run=True)
-    assert outcome.commands == [f"docmt fit {table_file} --row small"]
+    assert outcome.commands == [f"docmt fit {table_file} --row small --results results"]
 
 
 def test_a_finished_run_of_another_config_is_an_error_before_anything_runs(table_file, tmp_path):
@@ -373,3 +378,75 @@ def test_other_ddp_ranks_train_but_write_nothing(table_file, tmp_path, monkeypat
     assert [r.metrics["test/bleu"] for r in outcome.records] == \
         [expected_metrics("small", s)["test/bleu"] for s in (1, 2)]
     assert not [p for p in (tmp_path / "r").rglob("*") if p.is_file()] and not outcome.outputs
+
+
+# ------------------------------------------------------ runs that other processes of the table hold
+
+class OtherProcess:
+    """Another process running the table, holding run (small, seed 1). Once `go` is set (or after
+    `fallback_s`, so that a runner that never lets it go fails rather than hangs) and `after_s` more
+    seconds, it ends that run `outcome`-wise and releases it: from a thread, while this process is
+    busy or waiting."""
+
+    def __init__(self, results: Path, outcome: str, *, after_s: float = 0.3, fallback_s: float = 30.0):
+        self.run_dir = results / "unit.t1" / "small" / "seed1"
+        self.lock = OwnerLock(self.run_dir.with_name("seed1.lock"))
+        assert self.lock.try_acquire()
+        self.outcome, self.go = outcome, threading.Event()
+        self.thread = threading.Thread(target=self._finish, args=(after_s, fallback_s))
+        self.thread.start()
+
+    def _finish(self, after_s: float, fallback_s: float) -> None:
+        self.go.wait(fallback_s)
+        time.sleep(after_s)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.outcome == "finished":
+            (self.run_dir / "metrics.json").write_text(json.dumps({"test/bleu": 99.0}))
+        elif self.outcome == "failed":
+            (self.run_dir / "error.json").write_text(json.dumps({"error": "RuntimeError: elsewhere"}))
+        self.lock.release()
+
+
+class TrainingInTurn(FakeTraining):
+    """FakeTraining that records the order of its runs and, on its first, lets `other` (if any) go."""
+
+    def __init__(self, other: OtherProcess | None = None):
+        super().__init__()
+        self.other, self.order = other, []
+
+    def __call__(self, cfg, run_dir: Path) -> dict:
+        if self.other is not None:
+            self.other.go.set()
+        self.order.append(cfg.logging.name)
+        return super().__call__(cfg, run_dir)
+
+
+@pytest.mark.parametrize("outcome, order, status", [
+    ("finished", ["large"], FINISHED),  # its metrics are read, not recomputed
+    ("failed", ["large"], FAILED),  # its failure is the run's: not retried
+    ("gone", ["large", "small"], DONE),  # it stopped without an outcome (killed): run here
+])
+def test_a_run_another_process_holds_is_left_for_last_waited_for_and_its_outcome_kept(
+        table_file, tmp_path, monkeypatch, capsys, outcome, order, status):
+    monkeypatch.setattr(claims, "POLL_S", 0.02)
+    other = OtherProcess(tmp_path / "r", outcome)
+    training = TrainingInTurn(other)
+    result = run_table(table_file, rows="small,large", seeds=[1], run_row=training, results_dir=tmp_path / "r")
+    other.thread.join()
+    assert training.order == order
+    assert [(r.row, r.status) for r in result.records] == [("small", status), ("large", DONE)]
+    assert "[docmt] row small, seed 1 of unit.t1: waiting for pid" in capsys.readouterr().out
+    assert not list((tmp_path / "r" / "unit.t1").rglob("*.lock"))
+
+
+def test_a_table_trained_on_several_devices_waits_for_a_held_run_in_turn(table_file, tmp_path, monkeypatch):
+    """Lightning starts the other DDP ranks in rank zero's first fit, and they walk the table from
+    its start: rank zero may not leave a run for later before then."""
+    monkeypatch.setattr(claims, "POLL_S", 0.02)
+    other = OtherProcess(tmp_path / "r", "gone", after_s=2.0)
+    other.go.set()
+    training = TrainingInTurn()
+    run_table(table_file, rows="small,large", seeds=[1], run_row=training, results_dir=tmp_path / "r",
+              cli_overrides=["trainer.devices=2"])
+    other.thread.join()
+    assert training.order == ["small", "large"]

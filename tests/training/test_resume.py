@@ -5,11 +5,9 @@ averaging window all come back from the stage's newest checkpoint."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -20,10 +18,8 @@ import torch
 from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
-from tests.helpers.paths import REPO
-from tests.helpers.run_env import LAUNCH_VARIABLES
+from tests.helpers.run_env import DOCMT, subprocess_env
 
-DOCMT = Path(sys.executable).parent / "docmt"
 PROGRESS_LINE = re.compile(r"\[docmt\] stage '(\w+)' (\d+/\d+) updates")
 STEPS, EVERY = 40, 8
 # Two stages (Zhang's two-step: a Transformer, then theta_d alone, frozen set restored on resume),
@@ -46,14 +42,8 @@ train:
 """
 
 
-def environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
-    env.update(WANDB_MODE="disabled", OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    return env
-
-
 def fit(workdir: Path, *argv: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([str(DOCMT), "fit", *argv], cwd=workdir, env=environment(),
+    done = subprocess.run([str(DOCMT), "fit", *argv], cwd=workdir, env=subprocess_env(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -119,7 +109,7 @@ def test_a_killed_fit_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, u
     workdir = tmp_path / "killed"
     config = write_run_config(workdir)
     proc = subprocess.Popen([str(DOCMT), "fit", str(config), "--profile", "tiny",
-                             f"data.cache_dir={workdir / 'cache'}"], cwd=workdir, env=environment(),
+                             f"data.cache_dir={workdir / 'cache'}"], cwd=workdir, env=subprocess_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.monotonic() + 240
     while True:  # kill it once stage s2 has a checkpoint past its first validation
@@ -166,9 +156,9 @@ def test_a_resumed_averaging_window_whose_snapshots_are_gone_is_an_error(tmp_pat
 @pytest.mark.subprocess
 def test_resume_takes_only_a_run_directory(tmp_path):
     done = subprocess.run([str(DOCMT), "fit", "--resume", str(tmp_path), "train.max_steps=3"], cwd=tmp_path,
-                          env=environment(), capture_output=True, text=True, timeout=120)
+                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
     assert "only the run directory" in done.stderr
     done = subprocess.run([str(DOCMT), "fit", "--resume", str(tmp_path)], cwd=tmp_path,
-                          env=environment(), capture_output=True, text=True, timeout=120)
+                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "no config.yaml" in done.stderr
