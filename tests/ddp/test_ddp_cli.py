@@ -4,8 +4,11 @@ both ranks and exit 0; a rank that fails makes the command fail."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,3 +64,36 @@ def test_co_attention_cross_training_runs_under_ddp(tmp_path):
     header = (run_dir / "doc" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "train/theta_r/selection_rate" in header and "train/theta_s/selection_rate" in header
     assert_test_bleu_rescores(run_dir, "synthetic:tiny")
+
+
+def test_a_rank_killed_mid_stage_ends_the_job_naming_it_and_the_run_resumes(tmp_path):
+    """SIGKILL (not an exception) of local rank 1 during training: rank zero ends within seconds with
+    one line naming the rank and the signal; `docmt fit --resume` then finishes the run on 2 ranks."""
+    steps, every = 120, 10
+    config = tmp_path / "run.yaml"
+    config.write_text(f"data: {{corpus: 'synthetic:tiny', cache_dir: {tmp_path / 'cache'}}}\n"
+                      f"logging: {{runs_dir: {tmp_path / 'runs'}}}\n"
+                      f"train: {{max_steps: {steps}, step_cap: null, val_every_steps: {steps}, "
+                      f"checkpoint_every_steps: {every}}}\n")
+    argv = [str(DOCMT), "fit", str(config), "--profile", "tiny", "trainer.accelerator=cpu", "trainer.devices=2",
+            "trainer.strategy=ddp"]
+    job = subprocess.Popen(argv, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not list((tmp_path / "runs").glob("*/*/main/checkpoints/resume.ckpt")):
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
+        time.sleep(0.2)
+    (rank1,) = map(int, Path(f"/proc/{job.pid}/task/{job.pid}/children").read_text().split())
+    os.kill(rank1, signal.SIGKILL)
+    killed = time.monotonic()
+    _, err = job.communicate(timeout=120)
+    assert time.monotonic() - killed < 60 and job.returncode == 1, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"docmt fit: error: local rank 1 (pid {rank1}) ended with signal SIGKILL"), last
+    (run_dir,) = (tmp_path / "runs").glob("*/*")
+    assert not (run_dir / "metrics.json").exists()
+    resumed = launch([str(DOCMT), "fit", "--resume", str(run_dir)], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stdout
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["stages"]["main"]["global_step"] == steps
