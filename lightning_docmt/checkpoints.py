@@ -15,6 +15,7 @@ with some parameters left at their random initialisation.
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import re
@@ -104,11 +105,26 @@ def unpack_vocabularies(packed: dict[str, bytes]) -> tuple[Vocabulary, Vocabular
 
 
 def save_atomically(obj: Any, path: Path) -> None:
-    """`torch.save` through a temporary file of this process: `path` appears complete or not at all,
-    also when two processes write it at once (locks.py: an owner presumed dead may still publish)."""
+    """`torch.save` through a temporary file of this process beside `path`, renamed over it: `path`
+    appears complete or not at all (a kill or a full disk mid-write leaves the previous file as it
+    was), also when two processes write it at once (locks.py: an owner presumed dead may still
+    publish). Serialised in memory first, so that a failed write is Python's `OSError` (ENOSPC
+    for a full disk) rather than torch's writer error; the temporary file never outlives a failure."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    try:
+        write_bytes(tmp, buffer.getbuffer())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_bytes(path: Path, data: memoryview) -> None:
+    """Write `data` to `path` (the one place checkpoints meet the disk)."""
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def export_weights(path: str | Path, out: Path, dtype: str = "float32") -> dict[str, Any]:

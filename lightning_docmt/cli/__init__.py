@@ -8,6 +8,7 @@ arguments (`parser.py`) and returning the exit status. Every sub-command turns b
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from typing import Callable
@@ -42,6 +43,19 @@ def _environment_defaults() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def _failure_line(err: Exception) -> str | None:
+    """The one line for a failure that is no bug of ours (else None: the traceback shows): a rank
+    of this DDP run that died (the error here is its consequence), or a full disk."""
+    departed = departed_rank()
+    if departed is not None:
+        return (f"{departed}, and this rank stopped with it ({type(err).__name__}); "
+                f"`docmt fit --resume RUN_DIR` continues the run")
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return (f"no space left on the device while writing '{err.filename or 'a file'}'; every file "
+                f"written before is intact (checkpoints are written aside and renamed into place)")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     _environment_defaults()
     parser = build_parser()
@@ -62,14 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingStopped as err:
         print(f"docmt {args.command}: stopped: {err}", file=sys.stderr)
         status = 1
-    except Exception as err:
-        departed = departed_rank()
-        if departed is None:
-            raise
-        print(f"docmt {args.command}: error: {departed}, and this rank stopped with it "
-              f"({type(err).__name__}); `docmt fit --resume RUN_DIR` continues the run", file=sys.stderr)
-        status = 1
     except BrokenPipeError:  # the reader went away (`docmt stats ... | head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail again
         status = 0
+    except Exception as err:
+        line = _failure_line(err)
+        if line is None:
+            raise
+        print(f"docmt {args.command}: error: {line}", file=sys.stderr)
+        status = 1
     return agree_on_exit_status(status)  # under DDP: rank zero fails when any rank does

@@ -39,6 +39,7 @@ from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.logs import apply_output_policy, is_verbose
+from lightning_docmt.training.checkpoint_io import AtomicCheckpointIO
 from lightning_docmt.training.dashboard import StageWandbLogger
 from lightning_docmt.training.optimizer_phases import model_phases
 from lightning_docmt.training.update_size import apply_update_size
@@ -123,7 +124,8 @@ def build_trainer(cfg: DictConfig, stage_name: str | None, out_dir: Path, for_te
     kwargs: dict[str, Any] = dict(default_root_dir=str(out_dir), enable_progress_bar=False,
                                   enable_model_summary=is_verbose(),
                                   precision=resolve_precision(train.precision, user.get("accelerator", "auto")),
-                                  use_distributed_sampler=False)  # our batch samplers shard by rank
+                                  use_distributed_sampler=False,  # our batch samplers shard by rank
+                                  plugins=[AtomicCheckpointIO()])  # checkpoint_io.py
     if for_test:
         kwargs.update(logger=False, enable_checkpointing=False)
     else:
