@@ -28,6 +28,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
+from lightning_docmt.atomic_files import write_text_atomically
 from lightning_docmt.checkpoints import read_checkpoint, save_atomically
 from lightning_docmt.errors import DocMTInputError
 
@@ -189,7 +190,7 @@ class CheckpointAveraging(pl.Callback):
                        "validation": {k: float(v) for k, v in (metrics[0] if metrics else {}).items()}}
         if trainer.is_global_zero:
             os.replace(tmp, self.checkpoint_path)
-            (self.directory / "average.json").write_text(json.dumps(self.result, indent=1) + "\n")
+            write_text_atomically(self.directory / "average.json", json.dumps(self.result, indent=1) + "\n")
         trainer.strategy.barrier("checkpoint averaging done")
         return self.result
 

@@ -16,7 +16,6 @@ with some parameters left at their random initialisation.
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import re
 import tempfile
@@ -26,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from lightning_docmt.atomic_files import write_atomically
 from lightning_docmt.data.vocab import Vocabulary, load_vocabularies
 from lightning_docmt.errors import DocMTInputError
 
@@ -112,13 +112,7 @@ def save_atomically(obj: Any, path: Path) -> None:
     for a full disk) rather than torch's writer error; the temporary file never outlives a failure."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        write_bytes(tmp, buffer.getbuffer())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda tmp: write_bytes(tmp, buffer.getbuffer()))
 
 
 def write_bytes(path: Path, data: memoryview) -> None:

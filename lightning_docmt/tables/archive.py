@@ -78,7 +78,8 @@ def archive_run(run_dir: Path, target: Path) -> Path:
     shutil.rmtree(staging, ignore_errors=True)  # left by an interrupted archive
     for source in sorted(run_dir.rglob("*")):
         relative = source.relative_to(run_dir)
-        if not source.is_file() or source.name in LEFT_OUT_FILES or set(relative.parts) & set(LEFT_OUT_DIRS):
+        if (not source.is_file() or source.name in LEFT_OUT_FILES or source.name.endswith(".tmp")
+                or set(relative.parts) & set(LEFT_OUT_DIRS)):  # .tmp: a killed writer's (atomic_files.py)
             continue
         copy = staging / relative
         copy.parent.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from lightning_docmt.atomic_files import write_text_atomically
 from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.distributed import is_global_zero
 from lightning_docmt.errors import DocMTInputError
@@ -265,7 +266,7 @@ def _write_markdown(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:
     if grid.notes:
         text += ["", "Notes:", "", grid.notes.strip()]
     path = out_dir / "table.md"
-    path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    write_text_atomically(path, "\n".join(text) + "\n")
     return path
 
 

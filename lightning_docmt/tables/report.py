@@ -13,6 +13,7 @@ import csv
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from lightning_docmt.atomic_files import write_text_atomically
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.provenance import ENV_PREFIX
 from lightning_docmt.tables import contrastive_columns
@@ -98,7 +99,7 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
     notes = [f"- `{s.row.name}`: {s.row.notes}" for s in summaries if s.row.notes]
     if table.notes or notes:
         lines += ["", "Notes:", ""] + ([table.notes.strip(), ""] if table.notes else []) + notes
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text_atomically(path, "\n".join(lines) + "\n")
     return path
 
 

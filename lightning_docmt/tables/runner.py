@@ -45,7 +45,6 @@ import contextlib
 import io
 import json
 import logging
-import os
 import shlex
 import sys
 import time
@@ -57,6 +56,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from omegaconf import DictConfig, OmegaConf
 
+from lightning_docmt.atomic_files import write_text_atomically
 from lightning_docmt.claims import BUSY, PUBLISHED, claimed
 from lightning_docmt.config.composition import CONFIG_FILENAME, RESOLVED_KEY, save_config, schema_defaults
 from lightning_docmt.config.schema import inert_keys
@@ -462,6 +462,4 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     """Atomic: metrics.json appears complete or not at all (its presence means 'finished')."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from lightning_docmt.atomic_files import write_text_atomically
 from lightning_docmt.data.context_anchors import document_groups
 from lightning_docmt.data.languages import bleu_tokenizer
 from lightning_docmt.distributed import gather_objects
@@ -167,5 +168,5 @@ def write_outputs(out_dir: Path, split: str, hyps: list[str], refs: list[str], s
     """`<split>.hyp.txt` and `<split>.ref.txt` (one sentence a line, so that the run can be re-scored
     and tested for significance on its own) and the metrics' signatures."""
     for kind, lines in (("hyp", hyps), ("ref", refs)):
-        (out_dir / f"{split}.{kind}.txt").write_text("".join(t + "\n" for t in lines), encoding="utf-8")
-    (out_dir / f"{split}.signature.json").write_text(json.dumps(signatures) + "\n")
+        write_text_atomically(out_dir / f"{split}.{kind}.txt", "".join(t + "\n" for t in lines))
+    write_text_atomically(out_dir / f"{split}.signature.json", json.dumps(signatures) + "\n")

@@ -39,6 +39,7 @@ import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from lightning_docmt.atomic_files import write_text_atomically
 from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging
 from lightning_docmt.callbacks.lr_record import LearningRateRecord
 from lightning_docmt.callbacks.nonfinite_guard import NonFiniteGuard
@@ -213,7 +214,7 @@ def train_stage(scfg: DictConfig, name: str, key: str, store: Path, stage_dir: P
     trainer, checkpointer = build_trainer(scfg, name, stage_dir, dashboard=dashboard)  # freezing: StagedUnfreezing
     if trainer.is_global_zero:
         stage_dir.mkdir(parents=True, exist_ok=True)
-        (stage_dir / STAGE_MARKER).write_text(json.dumps({"key": key, **start}) + "\n")
+        write_text_atomically(stage_dir / STAGE_MARKER, json.dumps({"key": key, **start}) + "\n")
     started = time.time()
     trainer.fit(module, datamodule=datamodule, ckpt_path=checkpoint, weights_only=True)
     best, best_score = checkpointer.best_model_path or checkpointer.last_model_path, checkpointer.best_model_score
@@ -237,9 +238,7 @@ def train_stage(scfg: DictConfig, name: str, key: str, store: Path, stage_dir: P
                 "validation": validation_curve(stage_dir, monitor_metric(scfg)[0]),
                 "update": size.record(), "lr": lr_record.records, "nonfinite_skipped": guard.skipped,
                 **datamodule.training_pairs(), **start}
-        written = done.with_name(f"{done.name}.{os.getpid()}.tmp")  # as checkpoints.save_atomically
-        written.write_text(json.dumps(info, indent=1) + "\n")
-        os.replace(written, done)
+        write_text_atomically(done, json.dumps(info, indent=1) + "\n")  # the mark of a published stage
         speed = final.get(TRAIN_SPEED_KEY)
         progress(stage_summary(info, monitor_metric(scfg)[0],
                                rate(speed["target_tokens"], speed["seconds"]) if speed else None))
@@ -405,8 +404,8 @@ def score_and_record(cfg: DictConfig, results: dict[str, StageResult], run_dir: 
               "stages": {n: {"key": r.key, "reused": r.reused, "global_step": r.global_step,
                              "checkpoint": str(r.checkpoint)} for n, r in results.items()}}
     if is_global_zero():
-        (run_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
-        (run_dir / "metrics.json").write_text(json.dumps(scores, indent=1) + "\n")
+        write_text_atomically(run_dir / "run.json", json.dumps(record, indent=1) + "\n")
+        write_text_atomically(run_dir / "metrics.json", json.dumps(scores, indent=1) + "\n")
     return scores
 
 
