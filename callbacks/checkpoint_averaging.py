@@ -126,6 +126,13 @@ class CheckpointAveraging(pl.Callback):
     milestone inside it) from the final model. Snapshots are written by global rank zero and read
     by every rank, so the stage directory must be shared by the ranks. The window survives a resume
     (`state_dict`), and a resumed fit checks that its snapshot files are still there.
+
+    A pruned snapshot's file outlives the prune until a checkpoint that no longer lists it is on
+    disk: the newest checkpoint (the one `docmt fit --resume` takes) may still list it, and a kill
+    between the prune and the next checkpoint would otherwise leave that checkpoint naming a deleted
+    file. Files pruned before checkpoint k are deleted as checkpoint k+1 is built (by then k has been
+    written whole); a checkpoint lists the files pruned but not yet deleted, and a fit resumed from
+    it deletes them at its next checkpoint.
     """
 
     # NOT IN PAPER: with `eval.valid_bleu=false` the monitored score is the validation loss (mode min)
@@ -138,6 +145,8 @@ class CheckpointAveraging(pl.Callback):
         self.monitor = monitor
         self.sign = 1.0 if mode == "max" else -1.0
         self.snapshots: list[Snapshot] = []
+        self.pruned_since_save: list[str] = []  # the newest checkpoint on disk may still list these
+        self.pruned_before_save: list[str] = []  # no checkpoint that a resume can take lists these
         self.result: dict[str, Any] | None = None  # set by average_and_validate: steps, scores, val metrics
 
     @property
@@ -168,9 +177,27 @@ class CheckpointAveraging(pl.Callback):
         keep |= {id(s) for s in self.snapshots[len(self.snapshots) - self.n + 1:]}  # last n-1
         for s in self.snapshots:
             if id(s) not in keep and s.path is not None:
-                if trainer.is_global_zero:
-                    Path(s.path).unlink(missing_ok=True)
+                self.pruned_since_save.append(s.path)
                 s.path = None
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        """A checkpoint is being built, so the previous one is on disk whole: the files pruned
+        before it are listed by no checkpoint a resume can take any more."""
+        self._unlink(trainer, self.pruned_before_save)
+        self.pruned_before_save, self.pruned_since_save = self.pruned_since_save, []
+
+    def delete_pruned(self, trainer: pl.Trainer) -> None:
+        """Once the stage is published (its `done.json`), no resume reads its checkpoints: the
+        pruned files go, and the averaging folder keeps the window and the last n-1 (at most 2n-1)."""
+        self._unlink(trainer, self.pruned_before_save)
+        self._unlink(trainer, self.pruned_since_save)
+
+    def _unlink(self, trainer: pl.Trainer, paths: list[str]) -> None:
+        if trainer.is_global_zero:
+            for path in paths:
+                Path(path).unlink(missing_ok=True)
+        paths.clear()
 
     def average_and_validate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
         """After `trainer.fit` has returned: load the average of the chosen window into `pl_module`,
@@ -195,11 +222,13 @@ class CheckpointAveraging(pl.Callback):
         return self.result
 
     def state_dict(self) -> dict[str, Any]:
-        return {"snapshots": [asdict(s) for s in self.snapshots]}
+        return {"snapshots": [asdict(s) for s in self.snapshots],
+                "unlisted": self.pruned_before_save + self.pruned_since_save}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the window on resume; every snapshot that can still be chosen must exist."""
         self.snapshots = [Snapshot(**s) for s in state_dict["snapshots"]]
+        self.pruned_before_save, self.pruned_since_save = list(state_dict.get("unlisted", [])), []
         lost = [s.path for s in self.snapshots if s.path is not None and not Path(s.path).is_file()]
         if lost:
             raise DocMTInputError(f"cannot resume checkpoint averaging: {len(lost)} snapshot files are "

@@ -133,13 +133,15 @@ def load_weights(module: DocMTModule, checkpoint: Path, *, init_from: str | None
 
 def resumable_checkpoint(stage_dir: Path, key: str) -> Path | None:
     """The newest checkpoint an interrupted stage left in `stage_dir` (the periodic `resume.ckpt` or
-    the validation `last.ckpt`, whichever is further on), if that stage had key `key`; else None."""
+    the validation `last.ckpt`, whichever is further on, and at the same step the one written last:
+    a validation at that step comes after the periodic save), if that stage had key `key`; else None."""
     marker = stage_dir / STAGE_MARKER
     if not marker.is_file() or json.loads(marker.read_text()).get("key") != key:
         return None  # nothing there, or a stage of another config or code version
     found = [p for p in (stage_dir / "checkpoints" / f"{RESUME_NAME}.ckpt", stage_dir / "checkpoints" / "last.ckpt")
              if p.is_file()]
-    return max(found, key=lambda p: int(read_checkpoint(p).get("global_step", 0)), default=None)
+    return max(found, key=lambda p: (int(read_checkpoint(p).get("global_step", 0)), p.stat().st_mtime_ns),
+               default=None)
 
 
 def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, StageResult],
@@ -242,6 +244,8 @@ def train_stage(scfg: DictConfig, name: str, key: str, store: Path, stage_dir: P
         speed = final.get(TRAIN_SPEED_KEY)
         progress(stage_summary(info, monitor_metric(scfg)[0],
                                rate(speed["target_tokens"], speed["seconds"]) if speed else None))
+    if averaging is not None:  # published: no resume reads this stage's checkpoints any more
+        averaging.delete_pruned(trainer)
     trainer.strategy.barrier()
     info = json.loads(done.read_text())  # every rank: what rank zero recorded
     return StageResult(name, key, store / "final.ckpt", info["global_step"], info["schedule_step"], reused=False)

@@ -43,6 +43,11 @@ def main(out_dir: Path, arch: str) -> None:
                          limit_val_batches=0, callbacks=[recorder])
     trainer.fit(recording_module(build_module(arch), recorder),
                 train_dataloaders=DataLoader(RankBatch(), batch_size=None))
+    # Every rank tears the gloo group down at the same point, as `docmt` does
+    # (distributed.agree_on_exit_status): left to interpreter exit, a rank whose peer has already
+    # gone can abort ("terminate called without an active exception", status -6).
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -5,19 +5,23 @@ averaging window all come back from the stage's newest checkpoint."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import time
 from fnmatch import fnmatchcase
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 
 from lightning_docmt.callbacks.checkpoint_averaging import CheckpointAveraging
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS
+from lightning_docmt.training import run as train
 from tests.helpers.run_env import DOCMT, subprocess_env
 
 PROGRESS_LINE = re.compile(r"\[docmt\] stage '(\w+)' (\d+/\d+) updates")
@@ -150,6 +154,64 @@ def test_a_resumed_averaging_window_whose_snapshots_are_gone_is_an_error(tmp_pat
     with pytest.raises(DocMTInputError, match="snapshot files are gone.*step000000020.pt"):
         averaging.load_state_dict({"snapshots": [{"step": 20, "score": -1.0,
                                                   "path": str(tmp_path / "step000000020.pt")}]})
+
+
+def validate(averaging: CheckpointAveraging, trainer: SimpleNamespace, module: torch.nn.Module,
+             step: int, loss: float) -> None:
+    trainer.global_step, trainer.callback_metrics = step, {"val/loss": torch.tensor(loss)}
+    averaging.on_validation_end(trainer, module)
+
+
+def checkpoint(averaging: CheckpointAveraging, trainer: SimpleNamespace) -> dict:
+    """What Lightning does as it builds a checkpoint: the callback's state, then its save hook."""
+    state = averaging.state_dict()
+    averaging.on_save_checkpoint(trainer, None, {})
+    return state
+
+
+def test_a_pruned_snapshot_outlives_every_checkpoint_that_lists_it(tmp_path):
+    """A kill after a prune and before the next checkpoint resumes from a checkpoint that lists the
+    pruned snapshot: its file must still be there (the CI failure of a killed fit that had pruned
+    step 10 at step 30 and was resumed from its step-24 checkpoint)."""
+    module = torch.nn.Linear(2, 2)
+    trainer = SimpleNamespace(sanity_checking=False, state=SimpleNamespace(fn=TrainerFn.FITTING),
+                              is_global_zero=True, global_step=0, callback_metrics={})
+    averaging = CheckpointAveraging(2, "last", tmp_path, monitor="val/loss", mode="min")
+    validate(averaging, trainer, module, 10, 3.0)
+    validate(averaging, trainer, module, 20, 2.0)
+    at_24 = checkpoint(averaging, trainer)
+    validate(averaging, trainer, module, 30, 1.0)  # the window is now 20, 30: step 10 is pruned
+    step_10 = tmp_path / "step000000010.pt"
+    assert step_10.is_file()
+    CheckpointAveraging(2, "last", tmp_path, "val/loss", "min").load_state_dict(at_24)  # the resume
+    at_32 = checkpoint(averaging, trainer)
+    assert step_10.is_file()  # the step-24 checkpoint is the newest whole one while step 32's is written
+    assert at_32["unlisted"] == [str(step_10)]
+    resumed = CheckpointAveraging(2, "last", tmp_path, "val/loss", "min")
+    resumed.load_state_dict(at_32)
+    checkpoint(averaging, trainer)
+    assert not step_10.is_file()  # written whole, step 32's checkpoint lists it no more
+    assert sorted(p.name for p in tmp_path.glob("step*.pt")) == ["step000000020.pt", "step000000030.pt"]
+    step_10.write_bytes(b"")  # a resume from step 32 deletes what that checkpoint left unlisted
+    resumed.delete_pruned(trainer)
+    assert not step_10.is_file()
+
+
+def test_at_one_step_the_resume_takes_the_checkpoint_written_last(tmp_path):
+    stage_dir = tmp_path / "stage"
+    (stage_dir / "checkpoints").mkdir(parents=True)
+    (stage_dir / train.STAGE_MARKER).write_text(json.dumps({"key": "k"}))
+    periodic, validation = stage_dir / "checkpoints" / "resume.ckpt", stage_dir / "checkpoints" / "last.ckpt"
+    torch.save({"global_step": 20, "state_dict": {}}, periodic)
+    torch.save({"global_step": 20, "state_dict": {}}, validation)
+    os.utime(periodic, ns=(1, 2_000_000_000))
+    os.utime(validation, ns=(1, 1_000_000_000))
+    assert train.resumable_checkpoint(stage_dir, "k") == periodic
+    os.utime(validation, ns=(1, 3_000_000_000))
+    assert train.resumable_checkpoint(stage_dir, "k") == validation
+    torch.save({"global_step": 24, "state_dict": {}}, periodic)
+    os.utime(periodic, ns=(1, 1_000_000_000))
+    assert train.resumable_checkpoint(stage_dir, "k") == periodic  # the step comes first
 
 
 @pytest.mark.fit
