@@ -104,9 +104,9 @@ class DocumentWindowDataModule(pl.LightningDataModule):
             return self.trainer.global_rank, self.trainer.world_size
         return self._rank, self._world_size
 
-    def _sampler(self, split: BinarizedSplit, indices: np.ndarray, *, train: bool
+    def _sampler(self, split: BinarizedSplit, indices: np.ndarray, *, train: bool, whole: bool = False
                  ) -> ShardedBatchSampler:
-        rank, world = self._dist()
+        rank, world = (0, 1) if whole else self._dist()
         common = dict(num_replicas=world, rank=rank, seed=self.seed, shuffle=train)
         if self.data_cfg.document_order:
             return DocumentOrderBatchSampler(split.doc_offsets, indices, self.data_cfg.max_documents,
@@ -174,6 +174,12 @@ class DocumentWindowDataModule(pl.LightningDataModule):
         if split.n_documents == 0:
             return []  # no such split: Lightning skips the loop
         return self._loader(split, self._sampler(split, np.arange(split.n_sentences), train=False))
+
+    def whole_eval_loader(self, name: str) -> DataLoader | list:
+        """Split `name` batched as its evaluation loop batches it, but all of it in this process (no
+        sharding by rank): for a pass that global rank zero makes alone (`training/stage_start.py`)."""
+        split = self.split(name)
+        return self._loader(split, self._sampler(split, np.arange(split.n_sentences), train=False, whole=True))
 
     def val_dataloader(self) -> DataLoader | list:
         return self._eval_loader("valid")

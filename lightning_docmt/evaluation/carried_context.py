@@ -10,13 +10,15 @@ attached (`inference/document_order.DocumentOrderWalk`, in `training/evaluation_
   another collection (another book of the Bible, `data/context_anchors.document_groups`; trap K10)
   where the batch has one, else of another document of the same collection. The share of rows
   that got another collection's state is reported (`random_ctx/other_collection`);
-- when the loop decodes, the batch translated again with that other document's state. The control
-  is not handed on: the next sentence reads the state of what was output with the real one.
+- when the loop decodes, the batch translated again with that other document's state, and once
+  more with its own state, its rows in reverse order (the control's noise floor: what another batch
+  layout and rounding alone change). Neither is handed on: the next sentence reads the state of
+  what was output with the real one.
 
 At the end of the loop these give the metrics of `context_usage.py`, meaning the same
-(`METRIC_MEANINGS`): `cxmi`, `random_ctx/cxmi`, `random_ctx/bleu` and `random_ctx/bleu_delta`. The
-real and the control decode share the test loop's batches and precision (trap K11), so a model
-that ignores its state gets a delta of exactly 0.
+(`METRIC_MEANINGS`): `cxmi`, `random_ctx/cxmi`, `random_ctx/bleu`, `random_ctx/bleu_delta` and
+`random_ctx/bleu_floor`. The real and the control decode share the test loop's batches and
+precision (trap K11), so a model that ignores its state gets a delta of exactly 0.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ class CarriedContextUsage:
 
     def __init__(self, groups: torch.Tensor):
         self.groups = groups  # (n_documents,) the collection of each document of the split
-        self.random_records: list[Record] = []
+        self.random_records: list[Record] = []  # decoded with another document's state
+        self.again_records: list[Record] = []  # decoded with the real state, rows reversed
 
     def nll_sums(self, model: Seq2SeqModel, batch: dict[str, Any], output_loss: Callable
                  ) -> dict[str, torch.Tensor | int]:
@@ -77,9 +80,13 @@ class CarriedContextUsage:
         return {"blank_nll": nll(model.initial_carry(batch)), "other_nll": nll(other_state),
                 "rows": other_collection.numel(), "other_collection": other_collection.sum()}
 
-    def add_random_hypotheses(self, model: Seq2SeqModel, batch: dict[str, Any],
-                              translate: Callable[[dict[str, Any]], list[str]]) -> None:
-        """Translate `batch` again with another document's state (`translate`: one detokenised
-        hypothesis per row), for `random_ctx/bleu`."""
+    def add_control_hypotheses(self, model: Seq2SeqModel, batch: dict[str, Any],
+                               translate: Callable[[dict[str, Any]], list[str]]) -> None:
+        """Translate `batch` (its real carried rows attached) again with another document's state,
+        for `random_ctx/bleu`, and with its own state in reverse row order, for
+        `random_ctx/bleu_floor` (`translate`: one detokenised hypothesis per row)."""
+        rows = (batch["sent_index"].tolist(), batch["doc_index"].tolist())
         hypotheses = translate({**batch, CARRY_KEY: other_documents(model, batch, self.groups)[0]})
-        self.random_records += zip(batch["sent_index"].tolist(), batch["doc_index"].tolist(), hypotheses)
+        self.random_records += zip(*rows, hypotheses)
+        reverse = torch.arange(batch["src"].size(0) - 1, -1, -1, device=batch["src"].device)  # (B,)
+        self.again_records += zip(*rows, translate(select_rows(batch, reverse))[::-1])

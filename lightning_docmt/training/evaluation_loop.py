@@ -92,8 +92,8 @@ class EvaluationLoop:
             walk.decoded(batch, hypotheses)
         for sent, doc, ids in zip(batch["sent_index"].tolist(), batch["doc_index"].tolist(), hypotheses):
             self.records.append((sent, doc, vocab.decode(ids)))
-        if self.scores_carried_context:  # the random-context control; the real state is handed on
-            self.carried_usage.add_random_hypotheses(self.model, batch, lambda other: [
+        if self.scores_carried_context:  # the random-context control and its floor; the real state is handed on
+            self.carried_usage.add_control_hypotheses(self.model, batch, lambda other: [
                 vocab.decode(ids) for ids in decoding.best_tokens(self.model, other, self.cfg.decode, beam)])
 
     def own_translations(self) -> OutputTokens | None:
@@ -121,14 +121,18 @@ class EvaluationLoop:
         """`cxmi` and `random_ctx/cxmi` (nats per target token that the carried state adds over none
         and over another document's; `nll_sum` is the loop's own), the test BLEU with another
         document's state (`random_ctx/bleu`, `random_ctx/bleu_delta`: the same batches and
-        precision as the test BLEU) and the share of rows whose other state was of another
+        precision as the test BLEU), its noise floor (`random_ctx/bleu_floor`: the real state
+        decoded again, rows reversed) and the share of rows whose other state was of another
         collection (`random_ctx/other_collection`)."""
         sums = self.metrics.carried.compute()  # every rank's
         records, refs = self._gathered(self.carried_usage.random_records)
         random_bleu = self._bleu([hyp for _, _, hyp in records], refs).score
+        records, _ = self._gathered(self.carried_usage.again_records)
+        again_bleu = self._bleu([hyp for _, _, hyp in records], refs).score
         return {"cxmi": (sums["blank_nll"] - nll_sum) / tokens,
                 "random_ctx/cxmi": (sums["other_nll"] - nll_sum) / tokens,
                 "random_ctx/bleu": random_bleu, "random_ctx/bleu_delta": random_bleu - test_bleu,
+                "random_ctx/bleu_floor": again_bleu - test_bleu,
                 "random_ctx/other_collection": sums["other_collection"] / max(sums["rows"], 1.0)}
 
     def _gathered(self, own: list[Record]) -> tuple[list[Record], list[str]]:

@@ -528,11 +528,11 @@ def test_a_shared_models_context_usage_is_scored_by_its_document_order_test_loop
                       "model:\n  arch: yk_rnn\n  context: shared\n  d_model: 16\ncontext:\n  side: mix\n"
                       "eval:\n  context_usage: true\ntrain:\n  max_steps: 4\n  val_every_steps: 4\n")
     positions, decoded = [], []
-    nll_sums, add_random = CarriedContextUsage.nll_sums, CarriedContextUsage.add_random_hypotheses
+    nll_sums, add_controls = CarriedContextUsage.nll_sums, CarriedContextUsage.add_control_hypotheses
     monkeypatch.setattr(CarriedContextUsage, "nll_sums", lambda self, model, batch, loss: (
         positions.append(batch["pos_in_doc"].tolist()) or nll_sums(self, model, batch, loss)))
-    monkeypatch.setattr(CarriedContextUsage, "add_random_hypotheses", lambda self, model, batch, tr: (
-        decoded.append(batch["sent_index"].tolist()) or add_random(self, model, batch, tr)))
+    monkeypatch.setattr(CarriedContextUsage, "add_control_hypotheses", lambda self, model, batch, tr: (
+        decoded.append(batch["sent_index"].tolist()) or add_controls(self, model, batch, tr)))
     monkeypatch.chdir(tmp_path)
     with single_process_run_env():
         run = run_dir_of(docmt("fit", config, "--profile", "tiny"))
@@ -547,6 +547,7 @@ def test_a_shared_models_context_usage_is_scored_by_its_document_order_test_loop
     assert sentences and sorted(sentences) == list(range(len(sentences)))  # each once, with the control
     assert metrics["random_ctx/bleu_delta"] == pytest.approx(  # logged as float32
         metrics["random_ctx/bleu"] - metrics["test/bleu"], abs=1e-5)
+    assert abs(metrics["random_ctx/bleu_floor"]) < 1.0  # the real state again: rounding at most
     assert without_control["test/bleu"] == metrics["test/bleu"]  # the control changed no real output
     assert "random_ctx/bleu" not in without_control
     assert 0.0 < metrics["random_ctx/other_collection"] <= 1.0  # synthetic documents: each its own
@@ -570,6 +571,28 @@ def test_the_random_context_control_of_a_carried_state_reads_another_collections
     assert torch.equal(other["h"], carried["h"][[3, 2]]) and not other_collection.any()
     alone = {"src": torch.ones(1, 3), "doc_index": torch.tensor([1]), CARRY_KEY: {"h": torch.ones(1, 2)}}
     assert other_documents(model, alone, groups)[0] is initial  # no other document in the batch: no context
+
+
+def test_the_carried_controls_decode_another_documents_state_and_the_own_state_in_reversed_rows():
+    """`add_control_hypotheses`: the random control reads the other collection's state in the
+    batch's own row order; the floor's decode gets every row with its own state, in reverse row
+    order, and each hypothesis goes back to its own sentence."""
+    from lightning_docmt.evaluation.carried_context import CarriedContextUsage
+
+    model = SimpleNamespace(initial_carry=lambda batch: {"h": torch.zeros(1, 1)})
+    batch = {"src": torch.tensor([[10], [11], [12]]), "sent_index": torch.tensor([7, 8, 9]),
+             "doc_index": torch.tensor([0, 1, 2]), CARRY_KEY: {"h": torch.tensor([[0.0], [1.0], [2.0]])}}
+    seen = []
+
+    def translate(rows: dict) -> list[str]:  # "<source token>:<state>" per row
+        seen.append(rows["src"][:, 0].tolist())
+        return [f"{int(s)}:{int(h)}" for s, h in zip(rows["src"][:, 0], rows[CARRY_KEY]["h"][:, 0])]
+
+    usage = CarriedContextUsage(torch.tensor([0, 1, 1]))
+    usage.add_control_hypotheses(model, batch, translate)
+    assert seen == [[10, 11, 12], [12, 11, 10]]
+    assert usage.random_records == [(7, 0, "10:1"), (8, 1, "11:0"), (9, 2, "12:0")]
+    assert usage.again_records == [(7, 0, "10:0"), (8, 1, "11:1"), (9, 2, "12:2")]
 
 
 @pytest.mark.fit

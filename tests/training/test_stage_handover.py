@@ -146,3 +146,30 @@ def test_the_lr_record_survives_a_resume():
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.25)
     resumed.on_before_optimizer_step(SimpleNamespace(optimizers=[optimizer]), None, optimizer)
     assert resumed.records == [{"first": 1.0, "last": 0.25, "sum": 3.25, "updates": 5}]
+
+
+@pytest.mark.fit
+def test_a_carried_state_models_start_is_scored_in_document_order(tmp_path):
+    """A shared-context RNN starting from the sentence-level RNN (Yamagishi & Komachi's `ctx` stage):
+    its start NLL is its validation loop's document-order pass, each sentence reading the state of
+    its document's previous sentence; the sentence-level parent is scored sentence by sentence."""
+    from lightning_docmt.training.stage_start import document_order_valid_nll
+
+    rnn = ["model.arch=yk_rnn", "model.d_model=16", "data.document_order=true", "model.context=shared",
+           "context.side=mix", "train.max_steps=4", "train.val_every_steps=4",
+           "train.stages.base={arch: yk_rnn, model: {context: none, context_side: source}}",
+           "train.stages.ctx={arch: yk_rnn, init_from: base, max_steps: 2}", "train.schedule=[base,ctx]"]
+    calls = []
+    with single_process_run_env(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr("lightning_docmt.training.stage_start.document_order_valid_nll",
+                   lambda *a: calls.append(a) or document_order_valid_nll(*a))
+        run_dir = train.fit_run(tiny_config(tmp_path, *rnn))
+    stages = json.loads((run_dir / "run.json").read_text())["stages"]
+    base, ctx = (json.loads((tmp_path / "cache" / "stages" / stages[n]["key"] / "done.json").read_text())
+                 for n in ("base", "ctx"))
+    assert len(calls) == 1 and "initial_nll" not in base
+    logged = [row for row in csv.DictReader(open(run_dir / "base" / "metrics.csv")) if row.get("val/nll")]
+    assert ctx["parent_nll"] == pytest.approx(float(logged[-1]["val/nll"]), rel=1e-4)
+    assert ctx["initial_nll"] != ctx["parent_nll"]  # the carried state changes what the decoder reads
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["initial_damage"] == pytest.approx(ctx["initial_nll"] - ctx["parent_nll"])
