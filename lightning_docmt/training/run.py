@@ -157,10 +157,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     """
     scfg = stage_config(cfg, name)
     stage = scfg.train.stages[name]
-    init = previous.get(stage.init_from) if stage.init_from in previous else None
-    if stage.init_from is not None and init is None and not Path(stage.init_from).is_file():
-        raise DocMTInputError(f"init_from '{stage.init_from}' is neither an earlier stage nor a "
-                              f"checkpoint file", key=f"train.stages.{name}.init_from")
+    init = previous.get(stage.init_from) if stage.init_from in previous else None  # else a file (check_stages)
     parent_key = init.key if init else (stage.init_from or "")
     key = stage_key(scfg, name, parent_key)
     store = Path(scfg.data.cache_dir) / "stages" / key
