@@ -51,11 +51,11 @@ def stats_command(args: argparse.Namespace) -> int:
 
 
 def prepare_command(args: argparse.Namespace) -> int:
-    from lightning_docmt.data.prepare import prepare
+    from lightning_docmt.data.prepare import TESTED_SPLIT, prepare
     from lightning_docmt.tables.spec import compose_file
 
     cfg = compose_file(Path(args.config), _overrides(args), row=args.row, profile=args.profile)
-    print_json(prepare(cfg))
+    print_json(prepare(cfg, needed=(TESTED_SPLIT,)))  # the data of a run, which ends in its test
     return 0
 
 
