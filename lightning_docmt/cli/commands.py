@@ -51,11 +51,11 @@ def stats_command(args: argparse.Namespace) -> int:
 
 
 def prepare_command(args: argparse.Namespace) -> int:
-    from lightning_docmt.data.prepare import prepare
+    from lightning_docmt.data.prepare import TESTED_SPLIT, prepare
     from lightning_docmt.tables.spec import compose_file
 
     cfg = compose_file(Path(args.config), _overrides(args), row=args.row, profile=args.profile)
-    print_json(prepare(cfg))
+    print_json(prepare(cfg, needed=(TESTED_SPLIT,)))  # the data of a run, which ends in its test
     return 0
 
 
@@ -237,8 +237,9 @@ def table_command(args: argparse.Namespace) -> int:
         print(Path(outcome.outputs["md"]).read_text())
         print("results: " + ", ".join(str(p) for p in outcome.outputs.values()))
     failed = [r for r in records if r.error]
-    for r in failed:
-        print(f"row {r.row} seed {r.seed} FAILED: {r.error} (log: {r.log_path})")
+    for r in failed:  # seed None, no log: a row whose config does not compose (tables/runner.py)
+        seed, log = f" seed {r.seed}" if r.seed is not None else "", f" (log: {r.log_path})" if r.log_path else ""
+        print(f"row {r.row}{seed} FAILED: {r.error}{log}")
     return 1 if failed else 0
 
 

@@ -82,7 +82,7 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
     failures = [r for s in summaries for r in s.records if r.status == FAILED]
     if failures:
         lines += ["", "Failed runs:", ""]
-        lines += [f"- `{r.row}` seed {r.seed}: {r.error} (log: `{r.log_path}`)" for r in failures]
+        lines += [f"- `{r.row}` {failed_run(r)}" for r in failures]
     signatures = sorted({f"{key}: {value}" for s in summaries for r in s.records
                          for key, value in r.metrics.items()
                          if isinstance(value, str) and key.endswith("signature")})
@@ -101,6 +101,12 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
         lines += ["", "Notes:", ""] + ([table.notes.strip(), ""] if table.notes else []) + notes
     write_text_atomically(path, "\n".join(lines) + "\n")
     return path
+
+
+def failed_run(record: RunRecord) -> str:
+    """`seed 2: <error> (log: <path>)`; a row whose config does not compose has neither seed nor log."""
+    seed = f"seed {record.seed}: " if record.seed is not None else "(every seed): "
+    return seed + f"{record.error}" + (f" (log: `{record.log_path}`)" if record.log_path else "")
 
 
 def change_cell(effect: Effect | None, digits: int, *, baseline: bool) -> str:
