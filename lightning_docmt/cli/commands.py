@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from lightning_docmt.atomic_files import write_text_atomically
 from lightning_docmt.cli.output import print_json, print_mapping
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.resources import shipped_dir
@@ -344,5 +345,5 @@ def bench_command(args: argparse.Namespace) -> int:
             if json_path is not None and json_path.is_file():
                 reports[name] = json.loads(json_path.read_text())
     if args.json:
-        Path(args.json).write_text(json.dumps(reports, indent=1) + "\n")
+        write_text_atomically(Path(args.json), json.dumps(reports, indent=1) + "\n")
     return status
