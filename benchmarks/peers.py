@@ -241,8 +241,9 @@ def build_sides(cfg, datamodule, seed: int) -> dict[str, Side]:
     return {"ours": ours, "marian": Marian(marian, cfg.train.optim, cfg.decode.len_penalty)}
 
 
-def setup(args: argparse.Namespace, cfg, train: list[Batch], decode: list[Batch], marian: MarianMTModel,
-          vocab: int) -> dict:
+def setup_report(args: argparse.Namespace, cfg, train: list[Batch], decode: list[Batch], marian: MarianMTModel,
+                 vocab: int) -> dict:
+    """What both sides ran: the config's sizes and options, the attention kernels, the batches."""
     model = cfg.model
     return {"profile": args.profile, "corpus": args.corpus, "sizes": args.sizes, "overrides": args.overrides,
             "d_model": model.d_model, "heads": model.heads, "ffn_dim": model.ffn_dim,
@@ -264,7 +265,7 @@ def measure(args: argparse.Namespace) -> dict:
     decode = first_sentences(test, args.decode_sentences)
     sides = build_sides(cfg, datamodule, args.seed)
     return {
-        "setup": setup(args, cfg, train, decode, sides["marian"].model, len(datamodule.tgt_vocab)),
+        "setup": setup_report(args, cfg, train, decode, sides["marian"].model, len(datamodule.tgt_vocab)),
         "machine": machine(),
         "parameters": {name: trainable_parameters(side.model) for name, side in sides.items()},
         "precisions": {name: measure_precision(sides, train, decode, PRECISIONS[name], args)
