@@ -295,7 +295,7 @@ def contrastive_command(args: argparse.Namespace) -> int:
 
 BENCHMARKS = shipped_dir("benchmarks")
 # `docmt bench --only NAME`: the benchmark scripts of `benchmarks/` (each prints its figures and ratios).
-BENCHMARK_NAMES = ("data_scale", "training_step", "zhang_efficiency")
+BENCHMARK_NAMES = ("data_scale", "training_step", "zhang_efficiency", "peers")
 
 
 # `docmt bench --smoke`: every benchmark at tiny sizes (seconds), to check the benchmarks run, not to measure.
@@ -305,6 +305,8 @@ SMOKE_ARGUMENTS = {
                       "--train-batches", "2", "--decode-sentences", "4", "--threads", "1"],
     "zhang_efficiency": ["--profile", "tiny", "--corpus", "synthetic:tiny", "--repeats", "1",
                          "--train-batches", "2", "--decode-sentences", "4", "--threads", "1"],
+    "peers": ["--profile", "tiny", "--sizes", "profile", "--corpus", "synthetic:tiny", "--repeats", "1",
+              "--train-batches", "2", "--decode-sentences", "4", "--length", "8", "--threads", "1"],
 }
 
 
