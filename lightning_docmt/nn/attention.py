@@ -6,11 +6,14 @@ The h heads are computed at once by reshaping to (B, H, L, d_k) and calling
 `torch.nn.functional.scaled_dot_product_attention` with a boolean mask (True = may attend). On a
 CPU it is told to use its plain ("math") formulation: PyTorch's CPU flash-attention kernel is slower
 for the short sequences of sentence-level MT, its backward above all (`benchmarks/training_step.py`
-measures both); on GPUs PyTorch picks its fused kernels as usual.
+measures both); on GPUs PyTorch picks its fused kernels as usual. A step of incremental decoding on
+a CPU (one query position, no dropout) skips the kernel for two batched products
+(`single_query_attention`), which are the same arithmetic without the kernel's copies.
 
 Two caches serve incremental decoding:
 - an *incremental* cache (self-attention): the keys/values of every step are appended, so step t
-  attends over positions 0..t without recomputing them;
+  attends over positions 0..t without recomputing them; beam reordering selects its rows lazily,
+  in the copy that appends the next step;
 - a *static* cache (cross-attention): the keys/values of a fixed memory (encoder output, context
   encoding) are projected once, when the cache is created, and reused at every step.
 
