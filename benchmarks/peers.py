@@ -40,10 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
-from abc import ABC, abstractmethod
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,26 +53,32 @@ from transformers import MarianConfig, MarianMTModel  # noqa: E402
 
 from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from lightning_docmt.benchmarks.bench_common import (  # noqa: E402
+    FIGURES,
+    PRECISIONS,
     Batch,
-    FullLengthDecoder,
-    optimizer_step,
+    ModuleSide,
+    Side,
+    Workload,
+    first_sentences,
+    interleaved,
+    machine,
+    parse_side_by_side,
+    ratio,
     real_batches,
+    run_benchmark,
+    side_by_side_arguments,
     spread,
     target_tokens,
 )
 from lightning_docmt.config.composition import compose  # noqa: E402
-from lightning_docmt.inference import decoding  # noqa: E402
 from lightning_docmt.nn import attention  # noqa: E402
 from lightning_docmt.nn.reference_loss import label_smoothed_nll  # noqa: E402
 from lightning_docmt.training.run import build_module  # noqa: E402
-from lightning_docmt.training.trainer import CPUINFO  # noqa: E402
 
 # The dimensions compared (issue 36): over the profile's, whose vocabulary (cpu: 8k) is kept.
 PEER_SIZES = ["model.d_model=256", "model.heads=4", "model.ffn_dim=1024", "model.enc_layers=3",
               "model.dec_layers=3", "model.dropout=0.1"]
-PRECISIONS = {"fp32": False, "bf16": True}  # name: under bf16 autocast
 SIDES = ("ours", "marian")
-ADAM_LR = 1e-4  # the step's cost does not depend on it; small, so that the untrained models stay finite
 
 
 def marian_config(model_cfg, vocab_size: int) -> MarianConfig:
@@ -100,61 +103,6 @@ def trainable_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-class Side(ABC):
-    """One model with its Adam optimizer: timed training steps and timed beam search."""
-
-    def __init__(self, model: torch.nn.Module, optim_cfg):
-        self.model = model
-        self.optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=ADAM_LR,
-                                          betas=tuple(optim_cfg.betas), eps=optim_cfg.eps)
-
-    @abstractmethod
-    def loss_terms(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(label-smoothed loss sum, NLL sum, target tokens) of `batch`."""
-
-    @abstractmethod
-    def beam_tokens(self, batch: Batch, beam: int, length: int) -> int:
-        """Beam search over `batch` with every hypothesis forced to `length` tokens; the tokens generated."""
-
-    def time_training(self, batches: list[Batch], autocast: bool) -> tuple[int, float]:
-        """(target tokens the loss counted, wall seconds) of one training step per batch."""
-        self.model.train()
-        counted = []
-        started = time.perf_counter()
-        for batch in batches:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                loss_sum, _, tokens = self.loss_terms(batch)
-            optimizer_step(loss_sum, tokens, self.optimizer)
-            counted.append(tokens)
-        seconds = time.perf_counter() - started
-        return int(sum(counted)), seconds
-
-    @torch.no_grad()
-    def time_beam(self, batches: list[Batch], autocast: bool, beam: int, length: int) -> tuple[int, float]:
-        """(generated tokens, wall seconds) of beam search over `batches`."""
-        self.model.eval()
-        started = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            tokens = sum(self.beam_tokens(batch, beam, length) for batch in batches)
-        return tokens, time.perf_counter() - started
-
-
-class Ours(Side):
-    """Our Transformer inside `DocMTModule`: the training loss and the beam search of our runs."""
-
-    def __init__(self, module, len_penalty: float):
-        super().__init__(module, module.cfg.train.optim)
-        self.len_penalty = len_penalty
-
-    def loss_terms(self, batch: Batch):
-        return self.model.loss_terms(batch)
-
-    def beam_tokens(self, batch: Batch, beam: int, length: int) -> int:
-        hyps = decoding.beam_search(FullLengthDecoder(self.model.model), batch, beam=beam,
-                                    len_penalty=self.len_penalty, max_len_a=0.0, max_len_b=length - 1)
-        return sum(len(h.tokens) + 1 for h in hyps)  # `<eos>` included
-
-
 class Marian(Side):
     """`MarianMTModel`: its logits and the same label-smoothed loss; `generate` for beam search."""
 
@@ -177,57 +125,17 @@ class Marian(Side):
         return int(out[:, 1:].ne(PAD_ID).sum())  # after the decoder's start token; a short one is padded
 
 
-def first_sentences(batches: list[Batch], count: int) -> list[Batch]:
-    """The first `count` sentences of `batches`, in their batches (the last one cut to size)."""
-    taken = []
-    for batch in batches:
-        rows = min(count - sum(len(b["src"]) for b in taken), len(batch["src"]))
-        if rows <= 0:
-            break
-        taken.append({key: value[:rows] for key, value in batch.items()})
-    return taken
-
-
-def machine() -> dict:
-    """The CPU (model name, native bf16 flags), torch and transformers versions, and torch's threads."""
-    text = CPUINFO.read_text() if CPUINFO.is_file() else ""
-    fields = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    flags = set(fields.get("flags", "").split())
-    return {"cpu": fields.get("model name", "unknown"), "avx512_bf16": "avx512_bf16" in flags,
-            "amx_bf16": "amx_bf16" in flags, "torch": torch.__version__,
-            "transformers": transformers.__version__, "threads": torch.get_num_threads()}
-
-
-def ratio(ours: list[float], marian: list[float]) -> dict[str, float]:
-    """Ours / Marian: the ratio of the medians, and the min and max of the per-repeat ratios."""
-    per_repeat = [a / b for a, b in zip(ours, marian)]
-    return {"median": statistics.median(ours) / statistics.median(marian), "min": min(per_repeat),
-            "max": max(per_repeat)}
-
-
 def measure_precision(sides: dict[str, Side], train: list[Batch], decode: list[Batch], autocast: bool,
                       args: argparse.Namespace) -> dict:
-    """Both sides under one precision: a warm-up, then `args.repeats` interleaved repeats."""
-    for side in sides.values():  # warm-up: allocator, kernels, Adam state
-        side.time_training(train[:1], autocast)
-        side.time_beam(decode, autocast, args.beam, args.length)
-    rates = {figure: {name: [] for name in SIDES} for figure in ("train", "beam")}
-    tokens = {figure: {name: set() for name in SIDES} for figure in ("train", "beam")}
-    for repeat in range(args.repeats):
-        for name in SIDES if repeat % 2 == 0 else SIDES[::-1]:
-            timings = {"train": sides[name].time_training(train[1:], autocast),
-                       "beam": sides[name].time_beam(decode, autocast, args.beam, args.length)}
-            for figure, (count, seconds) in timings.items():
-                rates[figure][name].append(count / seconds)
-                tokens[figure][name].add(count)
+    """Both sides under one precision, on the same batches: a warm-up, then `args.repeats` interleaved repeats."""
+    workload = Workload(train, decode)
+    rates, tokens = interleaved(sides, {name: workload for name in SIDES}, autocast, args.beam, args.length,
+                                args.repeats)
     report = {}
-    for figure in ("train", "beam"):
+    for figure in FIGURES:
         report[f"{figure}_tokens_per_s"] = {name: spread(rates[figure][name]) for name in SIDES}
         report[f"{figure}_ratio_vs_marian"] = ratio(rates[figure]["ours"], rates[figure]["marian"])
-    report["tokens_per_repeat"] = {figure: {name: sorted(counts) for name, counts in by_side.items()}
+    report["tokens_per_repeat"] = {figure: {name: sorted(set(counts)) for name, counts in by_side.items()}
                                    for figure, by_side in tokens.items()}
     return report
 
@@ -235,7 +143,7 @@ def measure_precision(sides: dict[str, Side], train: list[Batch], decode: list[B
 def build_sides(cfg, datamodule, seed: int) -> dict[str, Side]:
     """Our module and the Marian model of the same config, each from the same seed."""
     torch.manual_seed(seed)
-    ours = Ours(build_module(cfg, datamodule), cfg.decode.len_penalty)
+    ours = ModuleSide(build_module(cfg, datamodule), cfg.decode.len_penalty)
     torch.manual_seed(seed)
     marian = MarianMTModel(marian_config(cfg.model, len(datamodule.tgt_vocab)))
     return {"ours": ours, "marian": Marian(marian, cfg.train.optim, cfg.decode.len_penalty)}
@@ -266,7 +174,7 @@ def measure(args: argparse.Namespace) -> dict:
     sides = build_sides(cfg, datamodule, args.seed)
     return {
         "setup": setup_report(args, cfg, train, decode, sides["marian"].model, len(datamodule.tgt_vocab)),
-        "machine": machine(),
+        "machine": {**machine(), "transformers": transformers.__version__},
         "parameters": {name: trainable_parameters(side.model) for name, side in sides.items()},
         "precisions": {name: measure_precision(sides, train, decode, PRECISIONS[name], args)
                        for name in args.precisions},
@@ -274,38 +182,14 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", default="cpu", help="batching, vocabulary and decoding settings")
-    parser.add_argument("--corpus", default="bible:en-fr", help="corpus spec, e.g. synthetic:tiny")
+    parser = side_by_side_arguments(__doc__.split("\n\n")[0], "both models", "fp32,bf16")
     parser.add_argument("--sizes", choices=["peer", "profile"], default="peer",
                         help="peer: d_model 256, 4 heads, FFN 1024, 3+3 layers, dropout 0.1; profile: the profile's")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--train-batches", type=int, default=8, help="timed training steps per repeat")
-    parser.add_argument("--decode-sentences", type=int, default=64, help="test sentences decoded per repeat")
-    parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--length", type=int, default=40, help="generated tokens per hypothesis, <eos> included")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
-    parser.add_argument("--precisions", default="fp32,bf16", help=f"comma-separated: {', '.join(PRECISIONS)}")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", type=Path, help="also write the report here")
-    parser.add_argument("overrides", nargs="*", help="key=value config overrides (both models)")
-    args = parser.parse_args(argv)
-    for name in ("repeats", "train_batches", "decode_sentences", "beam", "length", "threads"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    args.precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
-    if not args.precisions or any(p not in PRECISIONS for p in args.precisions):
-        parser.error(f"--precisions: choose from {', '.join(PRECISIONS)}")
-    return args
+    return parse_side_by_side(parser, argv)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    report = measure(args)
-    print(json.dumps(report, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
-    return report
+    return run_benchmark(argv, parse_args, measure, lambda report: print(json.dumps(report, indent=1)))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ Timings on a shared machine are noisy: compare ratios measured in the same run.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -41,8 +40,10 @@ import torch  # noqa: E402
 from lightning_docmt.benchmarks.bench_common import (  # noqa: E402
     Batch,
     FullLengthDecoder,
+    check_counts,
     optimizer_step,
     real_batches,
+    run_benchmark,
     spread,
     target_tokens,
 )
@@ -228,19 +229,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument("overrides", nargs="*", help="key=value config overrides (both models)")
     args = parser.parse_args(argv)
-    for name in ("repeats", "train_batches", "decode_sentences"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    check_counts(parser, args, ("repeats", "train_batches", "decode_sentences"))
     return args
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    report = measure(args)
-    print_report(report)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
-    return report
+    return run_benchmark(argv, parse_args, measure, print_report)
 
 
 if __name__ == "__main__":

@@ -295,7 +295,7 @@ def contrastive_command(args: argparse.Namespace) -> int:
 
 BENCHMARKS = shipped_dir("benchmarks")
 # `docmt bench --only NAME`: the benchmark scripts of `benchmarks/` (each prints its figures and ratios).
-BENCHMARK_NAMES = ("data_scale", "training_step", "zhang_efficiency", "peers")
+BENCHMARK_NAMES = ("data_scale", "training_step", "zhang_efficiency", "peers", "context_overhead")
 
 
 # `docmt bench --smoke`: every benchmark at tiny sizes (seconds), to check the benchmarks run, not to measure.
@@ -307,6 +307,8 @@ SMOKE_ARGUMENTS = {
                          "--train-batches", "2", "--decode-sentences", "4", "--threads", "1"],
     "peers": ["--profile", "tiny", "--sizes", "profile", "--corpus", "synthetic:tiny", "--repeats", "1",
               "--train-batches", "2", "--decode-sentences", "4", "--length", "8", "--threads", "1"],
+    "context_overhead": ["--profile", "tiny", "--corpus", "synthetic:tiny", "--repeats", "1",
+                         "--train-batches", "2", "--decode-sentences", "4", "--length", "8", "--threads", "1"],
 }
 
 
