@@ -22,7 +22,13 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference import decoding
 from lightning_docmt.inference.documents_io import InputReader, Sentence, clean, raw_lines
 from lightning_docmt.inference.loaded_model import load_checkpoint
-from lightning_docmt.inference.translate import chunks, no_feature_cache, translate_documents, translate_file
+from lightning_docmt.inference.translate import (
+    chunks,
+    explain_selection,
+    no_feature_cache,
+    translate_documents,
+    translate_file,
+)
 from lightning_docmt.nn.frozen import FrozenRowEncoder
 from tests.benchmarks.benchmark_scripts import load_benchmark
 from tests.helpers.cli_run import docmt
@@ -87,6 +93,16 @@ def test_translating_a_chunk_at_a_time_gives_the_translation_of_the_whole(tmp_pa
     assert [len(t) for t in whole] == [5, 1, 4, 2]
     for size in (1, 2, 3):
         assert translate_documents(model, documents, beam=2, len_penalty=0.6, chunk_sentences=size) == whole
+
+
+def test_explaining_the_selection_a_chunk_at_a_time_explains_the_whole(tmp_path):
+    model = load_checkpoint(checkpoint(tmp_path, "lifeng_coattn", *BENCH.ARCHS["lifeng_coattn"]))
+    documents = random_documents([4, 1, 3])
+    whole = explain_selection(model, documents)
+    assert [(line["doc_id"], line["sentence"]) for line in whole] == [
+        (d.doc_id, j) for d in documents for j in range(len(d.src))]
+    assert whole[2]["context"] == documents[0].src[:2]
+    assert explain_selection(model, documents, chunk_sentences=1) == whole
 
 
 # ------------------------------------------------------------------------------- input rules
