@@ -267,3 +267,18 @@ def test_frozen_encoders_keep_no_features_while_translating():
     assert encoder.max_bytes > 0
     encoder(rows, torch.zeros_like(rows), rows.eq(0))
     assert len(encoder.features) == 2
+
+
+def test_recurrent_layers_translate_with_the_native_kernels_and_stderr_stays_quiet(tmp_path, monkeypatch):
+    """oneDNN's RNN primitives grew the process with every new batch shape (`translate.py`,
+    `native_recurrent_kernels`): a recurrent model translates without them, and the flag is back after."""
+    ckpt = checkpoint(tmp_path, "yk_rnn", *BENCH.ARCHS["yk_rnn"])
+    source = tmp_path / "docs.txt"
+    source.write_text("w1 w2\nw3\n\nw4\n", encoding="utf-8")
+    seen, decode = [], decoding.best_tokens
+    monkeypatch.setattr(decoding, "best_tokens",
+                        lambda *a, **k: seen.append(torch.backends.mkldnn.enabled) or decode(*a, **k))
+    assert torch.backends.mkldnn.enabled
+    outcome = docmt("translate", "--ckpt", ckpt, "--input", source, "--output", tmp_path / "out.txt")
+    assert outcome.code == 0 and outcome.err == "", outcome.err
+    assert seen and not any(seen) and torch.backends.mkldnn.enabled
