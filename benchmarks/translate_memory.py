@@ -88,15 +88,17 @@ def write_checkpoint(path: Path, overrides: list[str], *, seed: int = 0, words: 
     return path
 
 
-def write_document(path: Path, sentences: int, *, per_document: int = 0, seed: int = 0) -> Path:
-    """A plain-text file of `sentences` lines of random `WORDS`: one document, or documents of
-    `per_document` sentences (an empty line between them) when it is positive."""
+def write_document(path: Path, sentences: int, *, per_document: int = 0, seed: int = 0,
+                   words: tuple[int, int] = SENTENCE_WORDS) -> Path:
+    """A plain-text file of `sentences` lines of random `WORDS` (as many as `words` gives, drawn
+    uniformly): one document, or documents of `per_document` sentences (an empty line between
+    them) when it is positive."""
     rng = random.Random(seed)
     with open(path, "w", encoding="utf-8") as f:
         for i in range(sentences):
             if per_document > 0 and i and i % per_document == 0:
                 f.write("\n")
-            f.write(" ".join(rng.choice(WORDS) for _ in range(rng.randint(*SENTENCE_WORDS))) + "\n")
+            f.write(" ".join(rng.choice(WORDS) for _ in range(rng.randint(*words))) + "\n")
     return path
 
 
@@ -134,10 +136,12 @@ def measure_one(checkpoint: Path, source: Path, output: Path, threads: int) -> d
 
 
 def measure(archs: list[str], sizes: list[int], threads: int, root: Path, per_document: int = 0,
-            overrides: tuple[str, ...] = ()) -> dict:
-    """The report of `main` (`overrides`: config overrides of every model, after the row's)."""
+            overrides: tuple[str, ...] = (), words: tuple[int, int] = SENTENCE_WORDS) -> dict:
+    """The report of `main` (`overrides`: config overrides of every model, after the row's;
+    `words`: the fewest and most words of a sentence)."""
     rows = {}
-    inputs = {n: write_document(root / f"doc{n}.{per_document}.txt", n, per_document=per_document) for n in sizes}
+    inputs = {n: write_document(root / f"doc{n}.{per_document}.{words[0]}-{words[1]}.txt", n,
+                                per_document=per_document, words=words) for n in sizes}
     for arch in archs:
         checkpoint = write_checkpoint(root / f"{arch}.ckpt", [*ARCHS[arch], *overrides])
         runs = {str(n): measure_one(checkpoint, inputs[n], root / f"{arch}.{n}.out.txt", threads) for n in sizes}
@@ -146,7 +150,7 @@ def measure(archs: list[str], sizes: list[int], threads: int, root: Path, per_do
         span = (max(sizes) - min(sizes)) / 1000
         rows[arch] = {**runs, "growth_mib": round(growth, 1),
                       "growth_kib_per_1k_sentences": round(growth * 1024 / span, 1) if span else 0.0}
-    return {"config": {"profile": "tiny", "sentences": sizes, "words_per_sentence": list(SENTENCE_WORDS),
+    return {"config": {"profile": "tiny", "sentences": sizes, "words_per_sentence": list(words),
                        "decode": DECODE, "overrides": list(overrides), "threads": threads,
                        "sentences_per_document": per_document or "all"},
             "rows": rows}
