@@ -379,6 +379,8 @@ def translate_file(model: LoadedModel, source: str | Path, output: str | Path, *
     beside `output` and renamed over it at the end (`atomic_files.write_atomically`): an error or
     a kill leaves no half-written output. `explain` gets each `explain_selection` line first."""
     source, output = Path(source), Path(output)
+    if not output.parent.is_dir():
+        raise DocMTInputError("no such directory", path=output.parent, key="--output")
     reader = InputReader(source)
     reader.check()
     if explain is not None:

@@ -199,6 +199,14 @@ def test_bad_input_is_one_error_line_with_exit_2_and_no_output(tmp_path, transfo
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no output, no temporary file
 
 
+def test_an_output_folder_that_is_not_there_is_one_error_line(tmp_path, transformer):
+    source = tmp_path / "docs.txt"
+    source.write_text("w1\n", encoding="utf-8")
+    outcome = docmt("translate", "--ckpt", transformer, "--input", source, "--output", tmp_path / "no" / "out.txt")
+    assert outcome.code == 2 and len(outcome.err.strip().splitlines()) == 1, outcome.err
+    assert f"{tmp_path / 'no'}: key '--output': no such directory" in outcome.err
+
+
 def test_the_cli_reports_cut_sentences_on_stderr_and_translates_the_rest(tmp_path, transformer):
     source = tmp_path / "docs.txt"
     source.write_text("w1 w2\n" + " ".join(["w3"] * 400) + "\n", encoding="utf-8")
