@@ -33,8 +33,8 @@ import torch  # noqa: E402
 from torch.nn.attention import SDPBackend  # noqa: E402
 
 from lightning_docmt.batch import PAD_ID  # noqa: E402
+from lightning_docmt.benchmarks.bench_common import optimizer_step, real_batches, target_tokens  # noqa: E402
 from lightning_docmt.config.composition import compose  # noqa: E402
-from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
 from lightning_docmt.inference import decoding  # noqa: E402
 from lightning_docmt.nn import attention  # noqa: E402
 from lightning_docmt.nn.reference_loss import label_smoothed_nll  # noqa: E402
@@ -57,9 +57,7 @@ def unfused_loss_terms(module, batch):
 def train_step(module, optimizer, batch, fused: bool, autocast: bool) -> None:
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         loss_sum, _, ntok = module.loss_terms(batch) if fused else unfused_loss_terms(module, batch)
-    (loss_sum / ntok.clamp(min=1)).backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    optimizer_step(loss_sum, ntok, optimizer)
 
 
 def timed(run) -> tuple[float, float]:
@@ -76,18 +74,9 @@ def measure(args: argparse.Namespace) -> dict:
     cfg = compose(None, [f"data.corpus={args.corpus}", "model.arch=transformer", *args.overrides],
                   profile=args.profile)
     autocast = resolve_precision(cfg.train.precision, "cpu") == "bf16-mixed"
-    datamodule = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context, seed=args.seed)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    loader = iter(datamodule.train_dataloader())
-    batches = [next(loader) for _ in range(args.train_batches + 1)]
-    datamodule.setup("test")
-    decode_batches, sentences = [], 0
-    for batch in datamodule.test_dataloader():
-        decode_batches.append(batch)
-        sentences += len(batch["src"])
-        if sentences >= args.decode_sentences:
-            break
+    datamodule, batches, decode_batches = real_batches(cfg, args.seed, args.train_batches + 1,
+                                                      args.decode_sentences)
+    sentences = sum(len(b["src"]) for b in decode_batches)
     module = build_module(cfg, datamodule).train()
     optimizer = torch.optim.Adam(module.parameters(), lr=1e-5)
     steps = {name: [] for name, _, _ in VARIANTS}
@@ -121,7 +110,7 @@ def measure(args: argparse.Namespace) -> dict:
             decodes[kernel].append((sentences / cpu, sentences / wall))
         module.train()
     attention.CPU_ATTENTION_BACKENDS = KERNELS["math"]
-    tokens = sum(int(b["tgt_out"].ne(PAD_ID).sum()) for b in batches[1:]) / args.train_batches
+    tokens = target_tokens(batches[1:]) / args.train_batches
 
     def median(pairs, i):
         return statistics.median(p[i] for p in pairs)

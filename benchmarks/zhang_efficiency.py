@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 if (REPO / "lightning_docmt").is_dir():  # a source checkout run without installing the package
@@ -40,18 +38,22 @@ if (REPO / "lightning_docmt").is_dir():  # a source checkout run without install
 
 import torch  # noqa: E402
 
-from lightning_docmt.batch import EOS_ID, PAD_ID  # noqa: E402
+from lightning_docmt.benchmarks.bench_common import (  # noqa: E402
+    Batch,
+    FullLengthDecoder,
+    optimizer_step,
+    real_batches,
+    spread,
+    target_tokens,
+)
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing  # noqa: E402
 from lightning_docmt.config.composition import compose  # noqa: E402
-from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
 from lightning_docmt.inference import decoding  # noqa: E402
 from lightning_docmt.models.zhang_doc import THETA_D_GLOBS  # noqa: E402
 from lightning_docmt.training.run import build_module  # noqa: E402
 
 PAPER = {"transformer": {"train": 41_000, "decode": 872}, "zhang_doc": {"train": 31_000, "decode": 364}}
 ARCHS = ("transformer", "zhang_doc")
-
-Batch = dict[str, torch.Tensor]
 
 
 @dataclass
@@ -63,23 +65,13 @@ class Measurements:
     decode_tokens_per_s: list[float] = field(default_factory=list)
 
     def summary(self) -> dict[str, dict[str, float]]:
-        return {name: {"median": statistics.median(values), "min": min(values), "max": max(values)}
-                for name, values in vars(self).items()}
+        return {name: spread(values) for name, values in vars(self).items()}
 
 
 def compose_pair(profile: str, corpus: str, overrides: list[str]):
     """Run configs of both models with the same sizes; the data windows are the zhang_doc ones."""
     common = [f"data.corpus={corpus}", *overrides]
     return {arch: compose(None, [f"model.arch={arch}", *common], profile=profile) for arch in ARCHS}
-
-
-def take_batches(loader, limit: Callable[[list[Batch]], bool]) -> list[Batch]:
-    batches: list[Batch] = []
-    for batch in loader:
-        batches.append(batch)
-        if limit(batches):
-            break
-    return batches
 
 
 def to_device(batches: list[Batch], device: torch.device) -> list[Batch]:
@@ -89,27 +81,6 @@ def to_device(batches: list[Batch], device: torch.device) -> list[Batch]:
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-class FullLengthDecoder:
-    """A seq2seq model whose `<eos>` logit is pushed far down (finite, so the forced `<eos>` at the
-    maximum length still finishes every hypothesis): all hypotheses run to the maximum length."""
-
-    HELD_BACK = -1e4
-
-    def __init__(self, model):
-        self.model = model
-
-    def encode(self, batch: Batch):
-        return self.model.encode(batch)
-
-    def init_cache(self, state):
-        return self.model.init_cache(state)
-
-    def decode_step(self, tokens: torch.Tensor, state, cache) -> torch.Tensor:
-        logits = self.model.decode_step(tokens, state, cache)  # (N, V)
-        logits[:, EOS_ID] = self.HELD_BACK
-        return logits
 
 
 class Runner:
@@ -124,13 +95,11 @@ class Runner:
     def train_step(self, batch: Batch) -> None:
         self.module.train()
         loss_sum, _, ntok = self.module.loss_terms(batch)  # the training loss of DocMTModule
-        (loss_sum / ntok.clamp(min=1)).backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        optimizer_step(loss_sum, ntok, self.optimizer)
 
     def time_training(self, batches: list[Batch]) -> float:
         """Target tokens per second (tokens of `tgt_out`, `<eos>` included, padding excluded)."""
-        tokens = sum(int(b["tgt_out"].ne(PAD_ID).sum()) for b in batches)
+        tokens = target_tokens(batches)
         synchronize(self.device)
         started = time.perf_counter()
         for batch in batches:
@@ -180,15 +149,8 @@ def measure(args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     configs = compose_pair(args.profile, args.corpus, args.overrides)
     zcfg = configs["zhang_doc"]
-    datamodule = DocumentWindowDataModule(zcfg.data, zcfg.vocab, zcfg.context, seed=args.seed)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    train = to_device(take_batches(datamodule.train_dataloader(),
-                                   lambda got: len(got) >= args.train_batches + 1), device)
-    datamodule.setup("test")
-    decode = to_device(take_batches(datamodule.test_dataloader(),
-                                    lambda got: sum(len(b["src"]) for b in got) >= args.decode_sentences),
-                       device)
+    datamodule, train, decode = real_batches(zcfg, args.seed, args.train_batches + 1, args.decode_sentences)
+    train, decode = to_device(train, device), to_device(decode, device)
     runners = build_runners(configs, datamodule, args.zhang_trainable, device)
     for runner in runners.values():  # warm-up: allocator, kernels, Adam state
         runner.train_step(train[0])
@@ -213,7 +175,7 @@ def measure(args: argparse.Namespace) -> dict:
                   "d_model": model.d_model, "layers": [model.enc_layers, model.dec_layers],
                   "context_layers": model.context_layers, "beam": zcfg.decode.beam,
                   "train_batches": len(train) - 1,
-                  "train_target_tokens": sum(int(b["tgt_out"].ne(PAD_ID).sum()) for b in train[1:]),
+                  "train_target_tokens": target_tokens(train[1:]),
                   "decode_sentences": sum(len(b["src"]) for b in decode),
                   "decode_tokens_per_sentence": full_length(decode, zcfg.decode)},
         "parameters": {arch: {"total": sum(p.numel() for p in r.module.parameters()),

@@ -20,7 +20,7 @@ import pickle
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from torch import nn
@@ -62,7 +62,15 @@ def load_state(module: nn.Module, state: dict[str, torch.Tensor], path: str | Pa
     and every key of `module` must be in `state` unless `allow_missing` (a stage initialised from
     an earlier stage's checkpoint gets new parameters, e.g. Zhang et al.'s theta_d). Returns the
     missing keys; any mismatch is one `DocMTInputError` naming the file and the first keys."""
-    own = module.state_dict()
+    missing = check_state(module.state_dict(), state, path, allow_missing=allow_missing, key=key)
+    module.load_state_dict(state, strict=not allow_missing)
+    return missing
+
+
+def check_state(own: Mapping[str, torch.Tensor], state: Mapping[str, torch.Tensor], path: str | Path, *,
+                allow_missing: bool = False, key: str | None = None) -> list[str]:
+    """`load_state`'s checks of `state` against a module's state dict `own` (which may live on the
+    meta device: only names and shapes are read), loading nothing; returns the missing keys."""
     problems = []
     unexpected = [k for k in state if k not in own]
     if unexpected:
@@ -77,7 +85,6 @@ def load_state(module: nn.Module, state: dict[str, torch.Tensor], path: str | Pa
     if problems:
         raise DocMTInputError(f"checkpoint does not fit the configured model: {'; '.join(problems)}",
                               path=path, key=key)
-    module.load_state_dict(state, strict=not allow_missing)
     return missing
 
 VOCAB_KEY = "docmt_vocab"

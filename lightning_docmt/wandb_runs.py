@@ -2,9 +2,11 @@
 one warning, after which that run logs nothing more; it never stops training or a table.
 
 `WANDB_MODE` chooses the mode: `offline` when unset (a run is written under its `dir`, to be
-uploaded later with `wandb sync`), `disabled` starts no run. The suite's runs are those of
-`training/dashboard.py` (one per training run, spanning its stages) and `tables/dashboard.py`
-(one per table report).
+uploaded later with `wandb sync`), `disabled` starts no run. In `online` mode a server that cannot
+be reached is given `DOCMT_WANDB_INIT_TIMEOUT` seconds (default 30; wandb's own default is 90 and
+it retries past it) before the start fails with its one warning and training goes on without it.
+The suite's runs are those of `training/dashboard.py` (one per training run, spanning its stages)
+and `tables/dashboard.py` (one per table report).
 """
 
 from __future__ import annotations
@@ -13,7 +15,25 @@ import logging
 import os
 from typing import Any, Callable, Mapping
 
+from lightning_docmt.errors import DocMTInputError
+
 log = logging.getLogger(__name__)
+
+
+INIT_TIMEOUT_VARIABLE = "DOCMT_WANDB_INIT_TIMEOUT"
+DEFAULT_INIT_TIMEOUT_S = 30.0
+
+
+def init_timeout() -> float:
+    """`DOCMT_WANDB_INIT_TIMEOUT` in seconds (a positive number), else the default."""
+    raw = os.environ.get(INIT_TIMEOUT_VARIABLE, "")
+    try:
+        value = float(raw) if raw else DEFAULT_INIT_TIMEOUT_S
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise DocMTInputError(f"{INIT_TIMEOUT_VARIABLE}={raw!r}: expected a positive number of seconds")
+    return value
 
 
 def wandb_mode() -> str:
@@ -62,14 +82,17 @@ def start_run(**init: Any) -> GuardedRun:
     mode = wandb_mode()
     if mode == "disabled":
         return GuardedRun()
+    timeout = init_timeout()  # a bad value is the user's error, not wandb trouble
     try:
         import wandb
 
-        return GuardedRun(wandb.init(mode=mode, reinit="create_new", **init))
+        return GuardedRun(wandb.init(mode=mode, reinit="create_new",
+                                     settings=wandb.Settings(init_timeout=timeout), **init))
     except Exception as err:  # as in GuardedRun.call
         _warn("init", err)
         return GuardedRun()
 
 
 def _warn(what: str, err: Exception) -> None:
-    log.warning("wandb %s failed (%s: %s); continuing without it", what, type(err).__name__, err)
+    message = " ".join(str(err).split())  # one line: wandb's messages span several
+    log.warning("wandb %s failed (%s: %s); continuing without it", what, type(err).__name__, message)

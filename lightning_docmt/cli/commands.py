@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from lightning_docmt.atomic_files import write_text_atomically
 from lightning_docmt.cli.output import print_json, print_mapping
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.resources import shipped_dir
@@ -51,11 +52,11 @@ def stats_command(args: argparse.Namespace) -> int:
 
 
 def prepare_command(args: argparse.Namespace) -> int:
-    from lightning_docmt.data.prepare import prepare
+    from lightning_docmt.data.prepare import TESTED_SPLIT, prepare
     from lightning_docmt.tables.spec import compose_file
 
     cfg = compose_file(Path(args.config), _overrides(args), row=args.row, profile=args.profile)
-    print_json(prepare(cfg))
+    print_json(prepare(cfg, needed=(TESTED_SPLIT,)))  # the data of a run, which ends in its test
     return 0
 
 
@@ -237,8 +238,9 @@ def table_command(args: argparse.Namespace) -> int:
         print(Path(outcome.outputs["md"]).read_text())
         print("results: " + ", ".join(str(p) for p in outcome.outputs.values()))
     failed = [r for r in records if r.error]
-    for r in failed:
-        print(f"row {r.row} seed {r.seed} FAILED: {r.error} (log: {r.log_path})")
+    for r in failed:  # seed None, no log: a row whose config does not compose (tables/runner.py)
+        seed, log = f" seed {r.seed}" if r.seed is not None else "", f" (log: {r.log_path})" if r.log_path else ""
+        print(f"row {r.row}{seed} FAILED: {r.error}{log}")
     return 1 if failed else 0
 
 
@@ -292,7 +294,7 @@ def contrastive_command(args: argparse.Namespace) -> int:
 
 BENCHMARKS = shipped_dir("benchmarks")
 # `docmt bench --only NAME`: the benchmark scripts of `benchmarks/` (each prints its figures and ratios).
-BENCHMARK_NAMES = ("data_scale", "training_step", "zhang_efficiency", "translate_memory")
+BENCHMARK_NAMES = ("data_scale", "training_step", "zhang_efficiency", "peers", "translate_memory")
 
 
 # `docmt bench --smoke`: every benchmark at tiny sizes (seconds), to check the benchmarks run, not to measure.
@@ -302,6 +304,8 @@ SMOKE_ARGUMENTS = {
                       "--train-batches", "2", "--decode-sentences", "4", "--threads", "1"],
     "zhang_efficiency": ["--profile", "tiny", "--corpus", "synthetic:tiny", "--repeats", "1",
                          "--train-batches", "2", "--decode-sentences", "4", "--threads", "1"],
+    "peers": ["--profile", "tiny", "--sizes", "profile", "--corpus", "synthetic:tiny", "--repeats", "1",
+              "--train-batches", "2", "--decode-sentences", "4", "--length", "8", "--threads", "1"],
     "translate_memory": ["--archs", "transformer", "--sentences", "20,40", "--threads", "1"],
 }
 
@@ -343,5 +347,5 @@ def bench_command(args: argparse.Namespace) -> int:
             if json_path is not None and json_path.is_file():
                 reports[name] = json.loads(json_path.read_text())
     if args.json:
-        Path(args.json).write_text(json.dumps(reports, indent=1) + "\n")
+        write_text_atomically(Path(args.json), json.dumps(reports, indent=1) + "\n")
     return status

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lightning_docmt.atomic_files import write_text_atomically
+
 
 def print_json(obj: object, path: Path | None = None) -> None:
     """Print `obj` as indented JSON (and write the same text to `path` when given)."""
     text = json.dumps(obj, indent=1, sort_keys=False)
     if path is not None:
-        path.write_text(text + "\n")
+        write_text_atomically(Path(path), text + "\n")
     print(text)
 
 

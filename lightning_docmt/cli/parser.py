@@ -145,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "untrained models")
 
     p = sub.add_parser("bench", help="benchmarks; print measured ratios")
-    p.add_argument("--only", help="comma-separated benchmarks (data_scale, training_step, zhang_efficiency); "
-                                  "default: all")
+    p.add_argument("--only", help="comma-separated benchmarks (data_scale, training_step, zhang_efficiency, "
+                                  "peers); default: all")
     p.add_argument("--json", metavar="FILE", help="also write the measured ratios to FILE as JSON")
     p.add_argument("--sentences", type=int, default=2_000_000, help="data-scale corpus size")
     p.add_argument("--smoke", action="store_true",

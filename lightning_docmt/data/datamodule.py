@@ -64,8 +64,9 @@ class DocumentWindowDataModule(pl.LightningDataModule):
         self._pending_state: dict | None = None
 
     # ----------------------------------------------------------------- building and loading
-    def prepare_data(self) -> None:
-        build_caches(self.data_cfg, self.vocab_cfg, self.external, self.retokenised)
+    def prepare_data(self, needed: tuple[str, ...] = ()) -> None:
+        """Build the caches (Lightning's hook); `needed`: splits that must hold documents (`build_caches`)."""
+        build_caches(self.data_cfg, self.vocab_cfg, self.external, self.retokenised, needed)
 
     def setup(self, stage: str | None = None) -> None:
         layout = cache_layout(self.data_cfg, self.vocab_cfg, self.external, self.retokenised)

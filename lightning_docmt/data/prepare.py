@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from lightning_docmt.config.schema import DataConfig, VocabConfig
 from lightning_docmt.data.cache import CACHE_FORMAT, LengthFilter, build_cache
@@ -44,6 +44,7 @@ Retokenised = Mapping[str, RetokenisedSide]
 """Array name -> what it holds: the streams' arrays of a split (`streams.retokenised_arrays`)."""
 
 IN_DOMAIN_DOCUMENTS = "in_domain_documents"  # meta.json of a mixed training split: how many come first
+TESTED_SPLIT = "test"  # the split a run is tested on (`data.report_split: valid` makes it the valid documents)
 STAT_KEYS = ("documents", "sentences", "src_tokens", "tgt_tokens", "src_subwords", "tgt_subwords",
              "filtered", "targets")
 
@@ -114,10 +115,11 @@ class _CorpusReader:
 
 
 def build_caches(data: DataConfig, vocab: VocabConfig, external: ExternalTokenizer | None = None,
-                 retokenised: Retokenised | None = None) -> CacheLayout:
+                 retokenised: Retokenised | None = None, needed: Sequence[str] = ()) -> CacheLayout:
     """Build whatever is missing of the vocabulary and the three splits (with the `external`
     stream and the `retokenised` arrays when given); safe to run concurrently (each entry is built
-    under a lock and renamed into place)."""
+    under a lock and renamed into place). `needed`: splits that must hold documents (a run's test
+    split, `TESTED_SPLIT`); one without any is an error before anything is built."""
     layout = cache_layout(data, vocab, external, retokenised)
     sources = split_sources(data)
     reader = _CorpusReader()
@@ -126,6 +128,13 @@ def build_caches(data: DataConfig, vocab: VocabConfig, external: ExternalTokeniz
         which = "data.train" if train.override else "data.corpus"
         raise DocMTInputError(f"no training documents in '{train.spec}' to build a vocabulary from",
                               key=which)
+    for split in needed:
+        directory, source = layout.split_dirs[split], sources[split]
+        count = read_meta(directory)["documents"] if directory.is_dir() else len(reader.documents(source))
+        if not count:  # a run would train, then fail (or score nothing) at its test
+            which = f"data.{source.split}" if source.override else "data.corpus"
+            raise DocMTInputError(f"no documents of the {source.split} split in '{source.spec}' (the split "
+                                  "a run is tested on)", key=which)
 
     def train_sentences(side: str) -> Iterator[str]:
         for doc in reader.documents(train):
@@ -157,9 +166,9 @@ def read_meta(directory: Path) -> dict[str, Any]:
     return json.loads((Path(directory) / "meta.json").read_text())
 
 
-def prepare(cfg: Any) -> dict[str, Any]:
+def prepare(cfg: Any, needed: Sequence[str] = ()) -> dict[str, Any]:
     """Build vocab + caches for `cfg.data` / `cfg.vocab` (and `cfg.context.external` and
-    `cfg.context.streams`, when `cfg` has them); JSON-able stats.
+    `cfg.context.streams`, when `cfg` has them); JSON-able stats. `needed`: as `build_caches`'.
 
     `{"train"|"valid"|"test": {documents, sentences, src_tokens, tgt_tokens (whitespace),
     src_subwords, tgt_subwords, filtered, targets[, ext_subwords][, <array>_subwords]},
@@ -172,7 +181,7 @@ def prepare(cfg: Any) -> dict[str, Any]:
     tokenizers = stream_tokenizers(context)
     retokenised = (retokenised_arrays(WindowSpec.from_config(context, external, tokenizers).streams, tokenizers)
                    if tokenizers else {})
-    layout = build_caches(cfg.data, cfg.vocab, external, retokenised)
+    layout = build_caches(cfg.data, cfg.vocab, external, retokenised, needed)
     src_vocab, tgt_vocab = load_vocabularies(layout.vocab_dir)
     metas = {split: read_meta(d) for split, d in layout.split_dirs.items()}
     keys = (STAT_KEYS + (() if external is None else ("ext_subwords",))

@@ -28,6 +28,7 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.seq2seq import Seq2SeqModel
 
 MODEL_ATTRIBUTE = "model"  # the training module's attribute holding the model: its weights' prefix
+HPARAM_KEYS = ("config", "src_vocab_size", "tgt_vocab_size")  # what `load_checkpoint` builds the model from
 
 
 @dataclass
@@ -73,6 +74,11 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
         raise DocMTInputError("not a lightning_docmt checkpoint (no config or vocabulary inside)",
                               path=path)
     hparams = ckpt["hyper_parameters"]
+    # a checkpoint of an older format, or another program's, lacks some of them: one error line, no KeyError
+    absent = [key for key in HPARAM_KEYS if not isinstance(hparams, dict) or key not in hparams]
+    if absent:
+        raise DocMTInputError(f"not a checkpoint of this version of lightning_docmt (its hyper_parameters "
+                              f"lack {', '.join(repr(k) for k in absent)})", path=path)
     cfg = OmegaConf.create(hparams["config"])
     model = build_model(cfg.model, hparams["src_vocab_size"], hparams["tgt_vocab_size"])
     # the weights as the training module saved them (`model.<name>`): a mismatch names the file's keys

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from lightning_docmt.batch import pad
+from lightning_docmt.checkpoints import save_atomically
 from lightning_docmt.config.pretraining import DONE_FILE, PretrainConfig, output_dir, pretrain_key
 from lightning_docmt.data.pretraining_text import pretraining_chapters
 from lightning_docmt.pretraining.bert_files import save_bert, save_tokenizer, train_wordpiece
@@ -190,9 +191,9 @@ def pretrain(cfg: PretrainConfig, chapters_of: Callable = pretraining_chapters) 
             history.append({"step": step, "train_loss": loss.item(), "seconds": round(seconds, 1),
                             **held_out_scores(objective, held_rows)})
             progress(json.dumps(history[-1]))
-            torch.save({"model": model.state_dict(), "optimizer": optim.state_dict(),
-                        "schedule": schedule.state_dict(), "step": step, "history": json.dumps(history),
-                        "seconds": seconds, "rng": torch.get_rng_state()}, work / RESUME_FILE)
+            save_atomically({"model": model.state_dict(), "optimizer": optim.state_dict(),  # a kill mid-write
+                             "schedule": schedule.state_dict(), "step": step, "history": json.dumps(history),
+                             "seconds": seconds, "rng": torch.get_rng_state()}, work / RESUME_FILE)
     out = final.parent / f".{final.name}.tmp"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()

@@ -19,13 +19,13 @@ left out of its line. Example: Donato et al. 2021's Figure 2 (experiments/donato
 
 from __future__ import annotations
 
-import csv
 import statistics
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from lightning_docmt.atomic_files import save_figure_atomically, write_csv_atomically
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.tables.values import is_finite_number
 
@@ -122,11 +122,10 @@ def curve_points(curve: Curve, finished: Mapping[str, Sequence[Mapping[str, Any]
 
 
 def write_curve_csv(points: Sequence[Point], path: Path) -> Path:
-    with open(path, "w", newline="") as f:
-        out = csv.writer(f)
-        out.writerow(["series", "row", "x", "mean", "sd", "seeds"])
-        for p in points:
-            out.writerow([p.series, p.row, repr(p.x), repr(p.mean), "" if p.sd is None else repr(p.sd), p.seeds])
+    rows: list[list] = [["series", "row", "x", "mean", "sd", "seeds"]]
+    for p in points:
+        rows.append([p.series, p.row, repr(p.x), repr(p.mean), "" if p.sd is None else repr(p.sd), p.seeds])
+    write_csv_atomically(path, rows)
     return path
 
 
@@ -169,5 +168,5 @@ def write_curve_png(curve: Curve, points: Sequence[Point], title: str, path: Pat
         ax.text(0.5, 0.5, "no finished runs", transform=ax.transAxes, ha="center")
     fig.suptitle("\n".join(textwrap.wrap(title, 80)), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure_atomically(fig, path, dpi=120)
     return path

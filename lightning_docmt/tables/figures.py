@@ -18,6 +18,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from lightning_docmt.atomic_files import save_figure_atomically
 from lightning_docmt.tables.effects import Panel, metric_label, metric_panel
 from lightning_docmt.tables.learning_curves import RunCurve, learning_curves
 from lightning_docmt.tables.report import marked_metric
@@ -188,4 +189,4 @@ def _finish(fig, title: str, footer: str, path: Path) -> None:
         fig.text(0.01, 0.005, "\n".join(textwrap.wrap(footer, 130)), fontsize=7, va="bottom")
     height = fig.get_figheight()  # inches: the title and the footer keep their own room
     fig.tight_layout(rect=(0, 0.3 / height if footer else 0, 1, 1 - (0.1 + 0.2 * len(lines)) / height))
-    fig.savefig(path, dpi=120)
+    save_figure_atomically(fig, path, dpi=120)

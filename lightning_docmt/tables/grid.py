@@ -21,7 +21,6 @@ part gives the paper's numbers, taken from the part's rows (`paper:`), so they a
 
 from __future__ import annotations
 
-import csv
 import os
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -29,7 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from lightning_docmt.atomic_files import write_text_atomically
+from lightning_docmt.atomic_files import write_csv_atomically, write_text_atomically
 from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.distributed import is_global_zero
 from lightning_docmt.errors import DocMTInputError
@@ -274,20 +273,19 @@ def _write_csv(grid: Grid, lines: Sequence[_Line], out_dir: Path) -> Path:
     """One line per part, row and metric; on test BLEU lines, per seed (`;`-separated) the
     `p_values` and `deltas` against the part's baseline row, and the `mark`."""
     path = out_dir / "table.csv"
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["part", "row", "metric", "n", "mean", "std", "paper", "status",
-                         "p_values", "deltas", "mark"])
-        for line in lines:
-            for column in grid.columns:
-                summary = line.summaries[column]
-                for metric in grid.metrics:
-                    m = summary.metrics[metric]
-                    tested = line.tested.get(column) if metric == grid.marked_metric else None
-                    writer.writerow([
-                        line.part.name, column, metric, m.n, raw_cell(m.mean), raw_cell(m.std),
-                        raw_cell(m.paper), summary.status,
-                        ";".join(map(repr, tested.p_values)) if tested else "",
-                        ";".join(map(repr, tested.deltas)) if tested else "",
-                        tested.mark if tested else ""])
+    rows: list[list] = [["part", "row", "metric", "n", "mean", "std", "paper", "status", "p_values",
+                         "deltas", "mark"]]
+    for line in lines:
+        for column in grid.columns:
+            summary = line.summaries[column]
+            for metric in grid.metrics:
+                m = summary.metrics[metric]
+                tested = line.tested.get(column) if metric == grid.marked_metric else None
+                rows.append([
+                    line.part.name, column, metric, m.n, raw_cell(m.mean), raw_cell(m.std),
+                    raw_cell(m.paper), summary.status,
+                    ";".join(map(repr, tested.p_values)) if tested else "",
+                    ";".join(map(repr, tested.deltas)) if tested else "",
+                    tested.mark if tested else ""])
+    write_csv_atomically(path, rows)
     return path

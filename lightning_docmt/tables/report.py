@@ -9,11 +9,10 @@ corpora differ. Failed runs are listed with their error and log file.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from lightning_docmt.atomic_files import write_text_atomically
+from lightning_docmt.atomic_files import write_csv_atomically, write_text_atomically
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.provenance import ENV_PREFIX
 from lightning_docmt.tables import contrastive_columns
@@ -82,7 +81,7 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
     failures = [r for s in summaries for r in s.records if r.status == FAILED]
     if failures:
         lines += ["", "Failed runs:", ""]
-        lines += [f"- `{r.row}` seed {r.seed}: {r.error} (log: `{r.log_path}`)" for r in failures]
+        lines += [f"- `{r.row}` {failed_run(r)}" for r in failures]
     signatures = sorted({f"{key}: {value}" for s in summaries for r in s.records
                          for key, value in r.metrics.items()
                          if isinstance(value, str) and key.endswith("signature")})
@@ -101,6 +100,12 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
         lines += ["", "Notes:", ""] + ([table.notes.strip(), ""] if table.notes else []) + notes
     write_text_atomically(path, "\n".join(lines) + "\n")
     return path
+
+
+def failed_run(record: RunRecord) -> str:
+    """`seed 2: <error> (log: <path>)`; a row whose config does not compose has neither seed nor log."""
+    seed = f"seed {record.seed}: " if record.seed is not None else "(every seed): "
+    return seed + f"{record.error}" + (f" (log: `{record.log_path}`)" if record.log_path else "")
 
 
 def change_cell(effect: Effect | None, digits: int, *, baseline: bool) -> str:
@@ -168,23 +173,22 @@ def write_csv(table: Table, summaries: Sequence[RowSummary], path: Path, *,
     significance = significance or {}
     marked = marked_metric(table)
     panels = {metric: metric_panel(summaries, metric, table.baseline) for metric in table.metrics}
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["row", "metric", "n", "mean", "std", "values", "delta_base", "delta_base_std",
-                         "paper", "paper_delta_base", "status", "p_values", "mark"])
-        for summary in summaries:
-            for metric in table.metrics:
-                m = summary.metrics[metric]
-                effect = panels[metric].effect_of(summary.row.name)
-                changed = effect is not None and panels[metric].against is not None
-                mark, p_values = (significance.get(summary.row.name, ("", ()))
-                                  if metric == marked else ("", ()))
-                values = ";".join(f"{seed}:{value!r}" for seed, value in seed_values(summary, metric).items())
-                writer.writerow([summary.row.name, metric, m.n, raw_cell(m.mean), raw_cell(m.std), values,
-                                 raw_cell(effect.mean if changed else None),
-                                 raw_cell(effect.sd if changed else None), raw_cell(m.paper),
-                                 raw_cell(effect.paper if changed else None), summary.status,
-                                 ";".join(repr(p) for p in p_values), mark])
+    rows: list[list] = [["row", "metric", "n", "mean", "std", "values", "delta_base", "delta_base_std",
+                         "paper", "paper_delta_base", "status", "p_values", "mark"]]
+    for summary in summaries:
+        for metric in table.metrics:
+            m = summary.metrics[metric]
+            effect = panels[metric].effect_of(summary.row.name)
+            changed = effect is not None and panels[metric].against is not None
+            mark, p_values = (significance.get(summary.row.name, ("", ()))
+                              if metric == marked else ("", ()))
+            values = ";".join(f"{seed}:{value!r}" for seed, value in seed_values(summary, metric).items())
+            rows.append([summary.row.name, metric, m.n, raw_cell(m.mean), raw_cell(m.std), values,
+                         raw_cell(effect.mean if changed else None),
+                         raw_cell(effect.sd if changed else None), raw_cell(m.paper),
+                         raw_cell(effect.paper if changed else None), summary.status,
+                         ";".join(repr(p) for p in p_values), mark])
+    write_csv_atomically(path, rows)
     return path
 
 

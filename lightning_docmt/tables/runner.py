@@ -13,9 +13,12 @@ Each run lives in `results/<table id>/<row>/seed<S>/`:
 
 and the table in `results/<table id>/table.{md,csv,png}`. Checkpoints stay in each stage's folder
 (`<row>/seed<S>/<stage>/checkpoints/`) and in the stage cache. A failing run is recorded and the
-others continue. Every selected row is composed before anything runs, so a config error stops the
-table before any training; a finished run whose saved config differs from the one composed now is
-also an error (re-running with another profile must not silently reuse old numbers).
+others continue. Every selected row is composed before anything runs: a row whose config does not
+compose (a bad key or value in its overrides) is announced then, left out and recorded as failed
+(seed None: no seed was chosen for it), and the other rows run; when no selected row composes, or in
+a dry run, the first such error is the command's (one line, exit status 2). A finished run whose saved
+config differs from the one composed now is an error before anything runs (re-running with another
+profile must not silently reuse old numbers).
 
 The archive `experiments/measured/` (ARCHIVE_DIRNAME) is such a results directory, committed without
 its checkpoints: the runs behind every number that experiments/README.md quotes. `docmt table
@@ -144,12 +147,24 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
     table = load_table(table_path)
     seed_list = list(seeds) if seeds else (list(table.seeds) if table.seeds else None)
     overrides = with_device(cli_overrides, device)
-    plan = []
+    plan: list[PlannedRun] = []
+    broken: dict[str, DocMTInputError] = {}  # rows whose config does not compose: left out
     for row in table.select(rows):
-        for seed in seed_list or [None]:
-            cfg = compose_row(table, row.name, profile, overrides, seed=seed)
-            plan.append(PlannedRun(row=row, seed=cfg.train.seed, cfg=cfg, run_dir=run_dir_for(
-                results_dir, table.id, row.name, cfg.train.seed)))
+        try:
+            for seed in seed_list or [None]:
+                cfg = compose_row(table, row.name, profile, overrides, seed=seed)
+                plan.append(PlannedRun(row=row, seed=cfg.train.seed, cfg=cfg, run_dir=run_dir_for(
+                    results_dir, table.id, row.name, cfg.train.seed)))
+        except DocMTInputError as err:  # a config error does not depend on the seed
+            plan = [planned for planned in plan if planned.row.name != row.name]
+            broken[row.name] = err
+    if broken and (dry_run or not plan):
+        raise next(iter(broken.values()))
+    if is_global_zero():
+        for name, err in broken.items():
+            progress(f"{table.id}: row '{name}' is left out, its config does not compose: {err}")
+    failed = [RunRecord(row=name, seed=None, run_dir=Path(results_dir) / table.id / name, status=FAILED,
+                        error=f"{type(err).__name__}: {err}") for name, err in broken.items()]
     if dry_run:
         return TableOutcome(table=table, commands=fit_commands(table, plan, profile, cli_overrides,
                                                                with_seed=seed_list is not None,
@@ -159,12 +174,13 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
     note = other_code_note([check_reusable(planned.cfg, planned.run_dir) for planned in plan])
     if note and is_global_zero():
         progress(f"{table.id}: {note}")
-    records = execute_plan(plan, run_row)
+    order = {row.name: i for i, row in enumerate(table.rows)}
+    records = sorted(execute_plan(plan, run_row) + failed, key=lambda r: order[r.row])  # table order
     if not is_global_zero():
         return TableOutcome(table=table, records=records)
     out_dir = Path(results_dir) / table.id
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = table_results(table, results_dir, seed_list)
+    results = table_results(table, results_dir, seed_list, failed)
     summaries = results.summaries
     context = f"Profile: {profile or _common_profile(plan) or 'none'}. {_case_setting(plan)}"
     if preface:
@@ -192,10 +208,15 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
     return TableOutcome(table=table, records=records, outputs=outputs, results=results)
 
 
-def table_results(table: Table, results_dir: str | Path, seeds: Sequence[int] | None) -> TableResults:
+def table_results(table: Table, results_dir: str | Path, seeds: Sequence[int] | None,
+                  broken: Sequence[RunRecord] = ()) -> TableResults:
     """Summaries and significance tests of the table's runs on disk (`seeds` only, or every seed
-    found when None); the paired bootstrap makes this the costly part of a report."""
-    summaries = summarize(table, collect_records(table, results_dir, seeds))
+    found when None); the paired bootstrap makes this the costly part of a report. `broken`: the
+    records of rows whose config does not compose (`run_table`), shown instead of their runs on disk
+    (those are not runs of the row as the table file now has it)."""
+    left_out = {r.row for r in broken}
+    on_disk = [r for r in collect_records(table, results_dir, seeds) if r.row not in left_out]
+    summaries = summarize(table, [*on_disk, *broken])
     tested = row_significance(summaries, table.baseline) if table.baseline else {}
     return TableResults(summaries=summaries, tested=tested)
 

@@ -21,10 +21,11 @@ DONE, FINISHED, FAILED, INCOMPLETE = "done", "finished", "failed", "incomplete"
 @dataclass
 class RunRecord:
     """One (row, seed) run. `status`: DONE (ran now), FINISHED (finished earlier, skipped),
-    FAILED (raised; see `error` and `log_path`), INCOMPLETE (started, never finished)."""
+    FAILED (raised; see `error` and `log_path`), INCOMPLETE (started, never finished). `seed` None:
+    a row whose config does not compose (`runner.run_table`), FAILED for every seed, without a log."""
 
     row: str
-    seed: int
+    seed: int | None
     run_dir: Path
     status: str
     metrics: dict[str, Any] = field(default_factory=dict)

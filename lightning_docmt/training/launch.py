@@ -36,6 +36,7 @@ import torch.distributed as dist
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from omegaconf import DictConfig
 
+from lightning_docmt.atomic_files import write_text_atomically
 from lightning_docmt.errors import DocMTInputError
 
 PORT_VARIABLE = "DOCMT_RENDEZVOUS_PORT"
@@ -119,7 +120,7 @@ def _publish(cfg: DictConfig, run_dir: Path, starters: Starters, store: dist.TCP
     record = json.dumps({"nonce": nonce, "host": socket.gethostname(), "starters": starters.count}) + "\n"
     for path in _files(cfg, run_dir, nonce):
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(record)
+        write_text_atomically(path, record)  # another node may read it at any moment
     store.set(f"{prefix}/run_dir", json.dumps({"run_dir": str(run_dir), "nonce": nonce}))
     answers = [f"{prefix}/seen/{rank}" for rank in range(1, starters.count)]
     try:

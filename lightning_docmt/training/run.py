@@ -46,6 +46,7 @@ from lightning_docmt.callbacks.nonfinite_guard import NonFiniteGuard
 from lightning_docmt.callbacks.staged_unfreezing import matches
 from lightning_docmt.checkpoints import (
     VOCAB_KEY,
+    check_state,
     load_state,
     pack_vocabularies,
     read_checkpoint,
@@ -53,16 +54,17 @@ from lightning_docmt.checkpoints import (
 )
 from lightning_docmt.claims import PUBLISHED, claimed
 from lightning_docmt.config import composition as config_lib
-from lightning_docmt.config.registry import get_arch
+from lightning_docmt.config.registry import build_model, get_arch
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.data.languages import bleu_tokenizer
+from lightning_docmt.data.prepare import TESTED_SPLIT
 from lightning_docmt.data.vocab import Vocabulary
 from lightning_docmt.distributed import barrier, is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.context_usage import context_usage_metrics
 from lightning_docmt.evaluation.contrastive_scoring import configured_suites, suite_metrics
 from lightning_docmt.inference.device import trainer_settings
-from lightning_docmt.inference.loaded_model import LoadedModel, load_checkpoint
+from lightning_docmt.inference.loaded_model import MODEL_ATTRIBUTE, LoadedModel, load_checkpoint
 from lightning_docmt.inference.reference_context import check_no_reference_target, reads_reference_target
 from lightning_docmt.logs import is_verbose
 from lightning_docmt.provenance import environment_record, resolved_device
@@ -124,11 +126,43 @@ def load_weights(module: DocMTModule, checkpoint: Path, *, init_from: str | None
     that carries others is refused (its embeddings would read other tokens at the same ids, e.g. a
     shipped model under a vocabulary built by another tokenizer version).
     """
-    state = read_checkpoint(checkpoint)
+    state = _checked_weights(checkpoint, init_from, vocabularies)
+    return load_state(module, state, checkpoint, allow_missing=init_from is not None, key=init_from)
+
+
+def _checked_weights(checkpoint: Path, init_from: str | None, vocabularies: tuple[Vocabulary, Vocabulary] | None,
+                     mmap: bool = False) -> dict[str, torch.Tensor]:
+    """The state dict of `checkpoint` once its vocabularies are checked (`load_weights`)."""
+    state = read_checkpoint(checkpoint, mmap=mmap)
     if vocabularies is not None and VOCAB_KEY in state and state[VOCAB_KEY] != pack_vocabularies(*vocabularies):
         raise DocMTInputError("its vocabularies are not the ones this run built from its data", path=checkpoint,
                               key=init_from)
-    return load_state(module, state["state_dict"], checkpoint, allow_missing=init_from is not None, key=init_from)
+    return state["state_dict"]
+
+
+def check_run_inputs(cfg: DictConfig, needed: tuple[str, ...] = ()) -> None:
+    """What a run reads besides its config, checked before its run directory exists, so that bad input
+    is one error line that leaves nothing behind and trains no stage in vain (issue 37): the data of
+    every stage is prepared (a missing or malformed corpus fails here, not as a stage starts; `needed`:
+    splits that must hold documents, `build_caches`), and every `init_from` checkpoint file is checked
+    against the stage's model built on the meta device, as the stage will load it (a file that is no
+    Lightning checkpoint, or one of another architecture, size or vocabulary, fails here rather than
+    after the stages before it have trained)."""
+    schedule = list(cfg.train.schedule)
+    for index, name in enumerate(schedule):
+        scfg = stage_config(cfg, name)
+        datamodule = DocumentWindowDataModule(scfg.data, scfg.vocab, scfg.context)
+        datamodule.prepare_data(needed=needed if index == len(schedule) - 1 else ())
+        init_from = scfg.train.stages[name].init_from
+        if init_from is None or init_from in schedule[:index]:  # else a file (`check_stages`)
+            continue
+        vocabularies = (datamodule.src_vocab, datamodule.tgt_vocab)
+        with torch.device("meta"):
+            model = build_model(scfg.model, len(vocabularies[0]), len(vocabularies[1]))
+        key = f"train.stages.{name}.init_from"
+        state = _checked_weights(Path(init_from), key, vocabularies, mmap=True)
+        own = torch.nn.ModuleDict({MODEL_ATTRIBUTE: model}).state_dict()
+        check_state(own, state, init_from, allow_missing=True, key=key)
 
 
 def resumable_checkpoint(stage_dir: Path, key: str) -> Path | None:
@@ -157,10 +191,7 @@ def run_stage(cfg: DictConfig, name: str, run_dir: Path, previous: dict[str, Sta
     """
     scfg = stage_config(cfg, name)
     stage = scfg.train.stages[name]
-    init = previous.get(stage.init_from) if stage.init_from in previous else None
-    if stage.init_from is not None and init is None and not Path(stage.init_from).is_file():
-        raise DocMTInputError(f"init_from '{stage.init_from}' is neither an earlier stage nor a "
-                              f"checkpoint file", key=f"train.stages.{name}.init_from")
+    init = previous.get(stage.init_from) if stage.init_from in previous else None  # else a file (check_stages)
     parent_key = init.key if init else (stage.init_from or "")
     key = stage_key(scfg, name, parent_key)
     store = Path(scfg.data.cache_dir) / "stages" / key
@@ -334,6 +365,7 @@ def run_validation_metrics(cfg: DictConfig, run_dir: Path) -> dict[str, float]:
     random-context CXMI on valid (`val/cxmi`, `val/random_ctx/cxmi`; `evaluation/context_usage.py`)."""
     check_stages(cfg)
     suites = configured_suites(cfg, "valid")  # before training: a test suite here is an error
+    check_run_inputs(cfg)
     run_dir = agree_on_run_dir(cfg, run_dir, make_run_dir)
     with run_dashboard(cfg, run_dir, resolved_settings(cfg)["precision"]) as dashboard:
         results = train_stages(cfg, run_dir, resume=True, dashboard=dashboard)
@@ -383,6 +415,7 @@ def fit_and_test(cfg: DictConfig, run_dir: Path | None = None, resume: bool = Fa
     check_no_reference_target(cfg, "test BLEU")  # before any training: the run would end in it
     check_stages(cfg)
     suites = configured_suites(cfg, cfg.data.report_split)
+    check_run_inputs(cfg, needed=(TESTED_SPLIT,))
     run_dir = agree_on_run_dir(cfg, run_dir, make_run_dir)
     with run_dashboard(cfg, run_dir, resolved_settings(cfg)["precision"]) as dashboard:
         scores = score_and_record(cfg, train_stages(cfg, run_dir, resume, dashboard), run_dir, suites)
@@ -428,7 +461,7 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
         cfg = OmegaConf.merge(cfg, {"trainer": trainer_settings(device)})
     suites = configured_suites(cfg, cfg.data.report_split) if suites is None else suites
     datamodule = DocumentWindowDataModule(cfg.data, cfg.vocab, cfg.context)
-    datamodule.prepare_data()
+    datamodule.prepare_data(needed=(TESTED_SPLIT,))  # an empty test split: an error, before anything is built
     datamodule.setup("test")
     module = build_module(cfg, datamodule)
     load_weights(module, checkpoint)

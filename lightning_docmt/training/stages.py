@@ -12,6 +12,7 @@ checkpoint is stored under `<data.cache_dir>/stages/<key>/` (`training/run.py`);
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -181,7 +182,13 @@ def check_stages(cfg: DictConfig) -> None:
         check_training_hooks(model_class, phases, scfg, name, names)
         check_pretrained_lr_scale(scfg, name, phases)
         update_size(scfg, world_size=1)  # conflicting settings; the world size is checked at build
-        parent = stages.get(scfg.train.stages[name].init_from)
+        init_from = scfg.train.stages[name].init_from
+        # here, before the run directory exists, not when the stage would start (issue 37: nothing
+        # half-written on bad input; a table records the row as failed and runs the others)
+        if init_from is not None and init_from not in stages and not Path(init_from).is_file():
+            raise DocMTInputError(f"init_from '{init_from}' is neither an earlier stage nor a checkpoint file",
+                                  key=f"train.stages.{name}.init_from")
+        parent = stages.get(init_from)
         check_continuation(scfg, name, names, parent)
         stages[name] = (scfg, names, schedule_end(scfg, name, parent))
 

@@ -143,42 +143,6 @@ def test_contrastive_accuracy_on_the_synthetic_suite(fitted, workdir):
     assert result["accuracy"] == pytest.approx(sum(p["accuracy"] * p["n"] for p in parts) / n)
 
 
-def _missing_checkpoint(workdir: Path, checkpoint: str) -> tuple[list[Any], str]:
-    return ["translate", "--ckpt", workdir / "missing.ckpt", "--input", workdir / "docs.txt",
-            "--output", workdir / "never.txt"], "missing.ckpt"
-
-
-def _malformed_jsonl(workdir: Path, checkpoint: str) -> tuple[list[Any], str]:
-    bad = workdir / "bad.jsonl"
-    bad.write_text('{"doc_id": "a", "src": ["the dog ."]}\n{"doc_id": "b", "src": [\n')
-    return ["translate", "--ckpt", checkpoint, "--input", bad, "--output",
-            workdir / "never.txt"], f"{bad}:2"
-
-
-def _unknown_corpus(workdir: Path, checkpoint: str) -> tuple[list[Any], str]:
-    return ["stats", "nosuch:corpus"], "nosuch:corpus"
-
-
-def _unknown_config_key(workdir: Path, checkpoint: str) -> tuple[list[Any], str]:
-    config = write_config(workdir / "typo.yaml", "train:\n  max_stepz: 3\n")
-    line = config.read_text().splitlines().index("  max_stepz: 3") + 1
-    return ["fit", config, "--profile", "tiny"], f"{config}:{line}"
-
-
-@pytest.mark.fit
-@pytest.mark.parametrize("case", [_missing_checkpoint, _malformed_jsonl, _unknown_corpus,
-                                  _unknown_config_key])
-def test_bad_input_exits_2_with_one_line_naming_the_culprit(case, fitted, workdir):
-    _, run_dir = fitted
-    runs_before = sorted((workdir / "runs").rglob("*"))
-    argv, culprit = case(workdir, read_json(run_dir / "run.json")["checkpoint"])
-    outcome = docmt(*argv)
-    assert outcome.code == 2
-    assert len(outcome.err.splitlines()) == 1 and culprit in outcome.err
-    assert sorted((workdir / "runs").rglob("*")) == runs_before  # no run started
-    assert not (workdir / "never.txt").exists()
-
-
 @pytest.fixture(scope="module")
 def two_stage(workdir: Path) -> dict[str, Any]:
     """A `zhang_doc` run whose stage s2 trains theta_d only, from the stage-1 Transformer s1.

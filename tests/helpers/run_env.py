@@ -25,9 +25,10 @@ DOCMT = Path(sys.executable).parent / "docmt"  # the console script of this envi
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment of a `docmt` command or a script in a subprocess: this repository's package,
     none of an enclosing launch's variables, one thread per process (a small machine), no wandb, no
-    Hugging Face network; `extra` added."""
+    Hugging Face network; `extra` added (or replacing those)."""
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARIABLES}
-    env.update(PYTHONPATH=str(REPO), WANDB_MODE="disabled", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", **extra)
+    env.update({"PYTHONPATH": str(REPO), "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+                **extra})
     return env
 
 

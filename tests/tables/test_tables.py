@@ -289,17 +289,24 @@ def test_fit_of_a_row_with_overrides_never_returns_the_finished_run_of_another_c
     assert len(other.err.strip().splitlines()) == 1
 
 
-def test_a_config_error_in_any_row_stops_the_table_before_training(table_file, tmp_path):
+def test_a_row_whose_config_does_not_compose_fails_alone_and_the_others_run(table_file, tmp_path):
     spec = dict(TABLE)
     spec["rows"] = [*TABLE["rows"], {"name": "typo", "overrides": ["model.context_layer=2"]}]
     table_file.write_text(yaml.safe_dump(spec, sort_keys=False))
     fake = FakeTraining()
-    with pytest.raises(DocMTInputError) as err:
-        run_table(table_file, run_row=fake, results_dir=tmp_path / "r")
-    message = str(err.value)
-    assert message.startswith(f"{table_file}:")
-    assert "row 'typo'" in message and "'context_layers'" in message
-    assert not fake.calls
+    outcome = run_table(table_file, run_row=fake, results_dir=tmp_path / "r")
+    assert set(fake.calls) == {(row, seed) for row in ("small", "large", "broken") for seed in (1, 2)}
+    typo = [r for r in outcome.records if r.row == "typo"]
+    assert [(r.status, r.seed, r.log_path) for r in typo] == [("failed", None, None)]
+    assert typo[0].error.startswith(f"DocMTInputError: {table_file}:")
+    assert "row 'typo'" in typo[0].error and "'context_layers'" in typo[0].error
+    assert not (tmp_path / "r" / "unit.t1" / "typo").exists()
+    report = outcome.outputs["md"].read_text()
+    assert "| typo |" in report and f"- `typo` (every seed): {typo[0].error}" in report
+    for alone in ({"rows": "typo"}, {"dry_run": True}):  # nothing would run: the error is the command's
+        with pytest.raises(DocMTInputError, match="row 'typo'"):
+            run_table(table_file, run_row=fake, results_dir=tmp_path / "r2", **alone)
+    assert not (tmp_path / "r2").exists()
 
 
 def test_compose_row_sets_logging_seed_and_precedence(table_file):

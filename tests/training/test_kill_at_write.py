@@ -1,7 +1,7 @@
 """A kill at the worst moment of a write (`atomic_files.py`): `docmt table` killed with SIGKILL right
 after writing the temporary file of a stage's `final.ckpt` or `done.json`, a run's `metrics.json` or
-the table's `table.md`, before its rename (the `DOCMT_TEST_KILL_BEFORE_RENAME` hook). Nothing of the
-killed write is where a reader looks, and the same command run again trains what was not published
+the table's `table.md` or `table.png`, before its rename (the `DOCMT_TEST_KILL_BEFORE_RENAME` hook).
+Nothing of the killed write is where a reader looks, and the same command run again trains what was not published
 (a stage is reused only once its `done.json` exists), finishes the run and writes the report."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def table(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
-@pytest.mark.parametrize("name", ["final.ckpt", "done.json", "metrics.json", "table.md"])
+@pytest.mark.parametrize("name", ["final.ckpt", "done.json", "metrics.json", "table.md", "table.png"])
 def test_a_kill_before_the_rename_leaves_nothing_trusted_and_the_rerun_finishes(tmp_path, name):
     killed = table(tmp_path, **{KILL_HOOK: name})
     assert killed.returncode == -9, killed.stderr[-2000:]

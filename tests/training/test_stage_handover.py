@@ -40,8 +40,8 @@ def test_each_stage_of_a_chain_continues_from_where_its_parents_checkpoint_stand
         tmp_path, monkeypatch):
     read = train.read_checkpoint
 
-    def best_from_an_earlier_validation(path):
-        checkpoint = read(path)
+    def best_from_an_earlier_validation(path, **options):
+        checkpoint = read(path, **options)
         if "s1" in str(path):  # stage s1's best
             checkpoint["global_step"] = BEST_STEP
         return checkpoint
