@@ -71,8 +71,11 @@ def next_token_log_probs(model: IncrementalSeq2Seq, tokens: Tensor, state, cache
     lprobs = torch.log_softmax(model.decode_step(tokens, state, cache).float(), dim=-1)
     lprobs[:, PAD_ID] = NEG_INF
     lprobs[:, BOS_ID] = NEG_INF
-    only_eos = torch.arange(lprobs.size(1), device=lprobs.device) != EOS_ID
-    return lprobs.masked_fill(forced_eos[:, None] & only_eos[None, :], NEG_INF)
+    if forced_eos.any():  # most steps force no row: skip building an (N, V) mask
+        eos_log_prob = lprobs[forced_eos, EOS_ID]
+        lprobs[forced_eos] = NEG_INF
+        lprobs[forced_eos, EOS_ID] = eos_log_prob
+    return lprobs
 
 
 @torch.no_grad()

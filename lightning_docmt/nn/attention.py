@@ -6,11 +6,14 @@ The h heads are computed at once by reshaping to (B, H, L, d_k) and calling
 `torch.nn.functional.scaled_dot_product_attention` with a boolean mask (True = may attend). On a
 CPU it is told to use its plain ("math") formulation: PyTorch's CPU flash-attention kernel is slower
 for the short sequences of sentence-level MT, its backward above all (`benchmarks/training_step.py`
-measures both); on GPUs PyTorch picks its fused kernels as usual.
+measures both); on GPUs PyTorch picks its fused kernels as usual. A step of incremental decoding on
+a CPU (one query position, no dropout) skips the kernel for two batched products
+(`single_query_attention`), which are the same arithmetic without the kernel's copies.
 
 Two caches serve incremental decoding:
 - an *incremental* cache (self-attention): the keys/values of every step are appended, so step t
-  attends over positions 0..t without recomputing them;
+  attends over positions 0..t without recomputing them; beam reordering selects its rows lazily,
+  in the copy that appends the next step;
 - a *static* cache (cross-attention): the keys/values of a fixed memory (encoder output, context
   encoding) are projected once, when the cache is created, and reused at every step.
 
@@ -32,25 +35,72 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 CPU_ATTENTION_BACKENDS = [SDPBackend.MATH]
 
 
-@dataclass
 class AttentionCache:
     """Projected keys and values of one attention sublayer, batch-first: (B, H, L, d_k).
 
     `static=True` marks a cache that depends only on the encoder state (cross-attention memory):
     it is identical for every beam of a sentence, so beam reordering may skip it.
+
+    Selecting rows of an incremental cache (`select_rows`: beam reordering, dropping finished
+    sentences) is lazy: the rows are taken when the cache is next appended to, in the same copy
+    that makes room for the new position, so that a decoding step copies its keys and values once
+    rather than twice (`index_select`, then `torch.cat`). Reading `key` or `value` takes them at once.
     """
 
-    key: Optional[Tensor] = None
-    value: Optional[Tensor] = None
-    static: bool = False
+    def __init__(self, key: Optional[Tensor] = None, value: Optional[Tensor] = None, static: bool = False,
+                 rows: Optional[Tensor] = None):
+        self._key, self._value, self.static = key, value, static
+        self._rows = rows  # (B',) rows of `_key`/`_value` this cache holds, not taken yet; None: all
+
+    @property
+    def key(self) -> Optional[Tensor]:
+        self._take_rows()
+        return self._key
+
+    @property
+    def value(self) -> Optional[Tensor]:
+        self._take_rows()
+        return self._value
+
+    def _take_rows(self) -> None:
+        if self._rows is not None and self._key is not None:
+            self._key, self._value = self._key.index_select(0, self._rows), self._value.index_select(0, self._rows)
+        self._rows = None
+
+    def select_rows(self, index: Tensor, include_static: bool = True) -> AttentionCache:
+        """Rows `index` of the batch, as a new cache (this one is left as it is); a static cache is
+        returned as it is when `include_static` is False (see `nn.seq2seq.DecoderCache.index_select`)."""
+        if self.static:
+            if not include_static or self._key is None:
+                return self
+            return AttentionCache(self._key.index_select(0, index), self._value.index_select(0, index), static=True)
+        rows = index if self._rows is None else self._rows.index_select(0, index)
+        return AttentionCache(self._key, self._value, rows=rows)
 
     def append(self, key: Tensor, value: Tensor) -> None:
         """Append the keys/values of new positions (incremental self-attention)."""
-        if self.key is None:
-            self.key, self.value = key, value
+        if self._key is None:
+            self._key, self._value, self._rows = key, value, None
+        elif self._rows is None:
+            self._key = torch.cat([self._key, key], dim=2)  # (B, H, L + l, d_k)
+            self._value = torch.cat([self._value, value], dim=2)
         else:
-            self.key = torch.cat([self.key, key], dim=2)  # (B, H, L + l, d_k)
-            self.value = torch.cat([self.value, value], dim=2)
+            self._key = rows_then_positions(self._key, self._rows, key)
+            self._value = rows_then_positions(self._value, self._rows, value)
+            self._rows = None
+
+
+def rows_then_positions(cached: Tensor, rows: Tensor, new: Tensor) -> Tensor:
+    """`torch.cat([cached.index_select(0, rows), new], dim=2)` in one copy of `cached`:
+    cached (B, H, L, d_k), rows (B',), new (B', H, l, d_k) -> (B', H, L + l, d_k). Under autograd
+    (`out=` has no gradient) it is those two copies."""
+    if torch.is_grad_enabled() and (cached.requires_grad or new.requires_grad):
+        return torch.cat([cached.index_select(0, rows), new], dim=2)
+    length = cached.size(2)
+    out = cached.new_empty(new.size(0), cached.size(1), length + new.size(2), cached.size(3))
+    torch.index_select(cached, 0, rows, out=out[:, :, :length])
+    out[:, :, length:] = new
+    return out
 
 
 @dataclass
@@ -148,8 +198,26 @@ class MultiHeadAttention(nn.Module):
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],
                                  dropout: float, causal: bool) -> Tensor:
-    """`F.scaled_dot_product_attention` over (B, H, L, d_k) tensors, with the math kernel on a CPU."""
+    """`F.scaled_dot_product_attention` over (B, H, L, d_k) tensors, with the math kernel on a CPU;
+    one query position on a CPU without dropout (a step of incremental decoding) is
+    `single_query_attention`."""
+    if query.device.type == "cpu" and query.size(2) == 1 and dropout == 0.0:
+        return single_query_attention(query, key, value, mask)
     kernels = sdpa_kernel(CPU_ATTENTION_BACKENDS) if query.device.type == "cpu" else nullcontext()
     with kernels:
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
                                               is_causal=causal)
+
+
+def single_query_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """softmax(q K^T / sqrt(d_k)) V for one query position, query (B, H, 1, d_k), as two batched
+    matrix products. The same result as PyTorch's math kernel (a key row that the mask leaves
+    empty gives zeros, as its safe softmax does) at less than half its time on a CPU for the shapes
+    of a decoding step: the math kernel's mask conversion and scaling copies cost more than the
+    products themselves here (`benchmarks/peers.py` measures the beam search)."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * query.size(-1) ** -0.5  # (B, H, 1, S)
+    if mask is None:
+        return torch.matmul(scores.softmax(dim=-1), value)  # (B, H, 1, d_k)
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # nothing to attend: zeros
+    return torch.matmul(weights, value)  # (B, H, 1, d_k)

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Mapping, Protocol, TypeVar
 import torch
 from torch import Tensor, nn
 
-from lightning_docmt.nn.attention import AttentionMemory
+from lightning_docmt.nn.attention import AttentionCache, AttentionMemory
 from lightning_docmt.nn.model_hooks import LossTerms, OptimizerPhase, OutputLoss
 
 T = TypeVar("T")
@@ -40,6 +40,8 @@ def select_rows(value: T, index: Tensor, include_static: bool = True) -> T:
     """Rows `index` of every batch-first tensor inside `value` (tensors, dataclasses, dicts, lists, tuples)."""
     if isinstance(value, Tensor):
         return value.index_select(0, index)
+    if isinstance(value, AttentionCache):
+        return value.select_rows(index, include_static)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if not include_static and getattr(value, "static", False):
             return value

@@ -9,10 +9,17 @@ from typing import Optional
 import pytest
 import torch
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from lightning_docmt.batch import PAD_ID
 from lightning_docmt.config.schema import ModelConfig
-from lightning_docmt.nn.attention import AttentionCache, AttentionMemory, MultiHeadAttention, key_mask
+from lightning_docmt.nn.attention import (
+    AttentionCache,
+    AttentionMemory,
+    MultiHeadAttention,
+    key_mask,
+    single_query_attention,
+)
 from lightning_docmt.nn.embedding import TokenEmbedding, sinusoidal_positions
 from lightning_docmt.nn.layers import (
     FeedForward,
@@ -84,6 +91,32 @@ def test_incremental_cache_equals_causal_attention():
     steps = [mha(x[:, t:t + 1], None, cache=cache) for t in range(6)]
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-6)
     assert cache.key.shape == (2, H, 6, D // H)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_one_query_position_attends_as_the_math_kernel_does_even_with_nothing_to_attend(masked):
+    query, key, value = torch.randn(3, H, 1, 8), torch.randn(3, H, 5, 8), torch.randn(3, H, 5, 8)
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False], [False] * 5])[:, None, None, :]
+    mask = mask if masked else None
+    with sdpa_kernel([SDPBackend.MATH]):
+        expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+    got = single_query_attention(query, key, value, mask)
+    assert torch.allclose(got, expected, atol=1e-6)
+    if masked:
+        assert got[2].abs().sum() == 0  # a row with no key to attend to is zeros, as PyTorch's safe softmax gives
+        assert not torch.allclose(got[1], single_query_attention(query, key, value, None)[1], atol=1e-3)
+
+
+def test_rows_selected_from_a_cache_are_taken_with_the_next_append():
+    rows = torch.arange(3.0)[:, None, None, None].expand(3, 1, 2, 1)  # (3, 1, 2, 1): row r holds r
+    cache = AttentionCache(rows + 0.0, rows + 0.5)
+    moved = select_rows(select_rows(cache, torch.tensor([2, 0, 0, 1])), torch.tensor([3, 0]))  # rows 1, 2
+    moved.append(torch.full((2, 1, 1, 1), 7.0), torch.full((2, 1, 1, 1), 8.0))
+    assert moved.key.flatten().tolist() == [1.0, 1.0, 7.0, 2.0, 2.0, 7.0]
+    assert moved.value.flatten().tolist() == [1.5, 1.5, 8.0, 2.5, 2.5, 8.0]
+    assert cache.key.flatten().tolist() == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]  # the original is untouched
+    read_first = select_rows(cache, torch.tensor([1]))
+    assert read_first.key.flatten().tolist() == [1.0, 1.0]  # reading takes the rows at once
 
 
 def test_static_cache_equals_attention_to_memory():
