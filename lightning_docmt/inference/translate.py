@@ -21,6 +21,7 @@ subwords (`cache.build_cache`'s `src_max_tokens`); the cut ones are counted.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import shutil
 import tempfile
 from collections import deque
@@ -125,6 +126,25 @@ def no_feature_cache(network: torch.nn.Module) -> Iterator[None]:
     finally:
         for m, max_bytes in zip(encoders, kept):
             m.max_bytes = max_bytes
+
+
+MMAP_THRESHOLD = 128 << 10  # glibc's initial M_MMAP_THRESHOLD, kept fixed while translating
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+
+
+def fixed_mmap_threshold() -> bool:
+    """Keep glibc's mmap threshold at `MMAP_THRESHOLD` for the rest of the process (False where
+    the C library is not glibc, which changes nothing). By default glibc raises the threshold to
+    the size of every larger block freed, so later tensors of varying sizes come from the heap,
+    which fragments and is never given back: translating with `pas` (MiniLM-sized encoders, rows
+    of every length) grew its peak from 582 MiB at 1,000 sentences to 782 MiB at 10,000, and
+    stayed flat at ~400 MiB with the threshold fixed, at the same speed. Blocks that large are
+    then mapped and unmapped as the tensors come and go."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    except (OSError, AttributeError):
+        return False
 
 
 @contextlib.contextmanager
@@ -383,6 +403,7 @@ def translate_file(model: LoadedModel, source: str | Path, output: str | Path, *
         raise DocMTInputError("no such directory", path=output.parent, key="--output")
     reader = InputReader(source)
     reader.check()
+    fixed_mmap_threshold()
     if explain is not None:
         check_sentence_by_sentence(model, "explaining the context selection")
     with (tempfile.TemporaryDirectory() as tmp, no_feature_cache(model.model),
