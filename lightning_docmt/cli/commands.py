@@ -245,26 +245,25 @@ def table_command(args: argparse.Namespace) -> int:
 
 
 def translate_command(args: argparse.Namespace) -> int:
+    """Translate a file as a stream (`inference/translate.translate_file`); the rules that changed
+    the input (over-long sentences cut, control characters) are one line each on stderr."""
+    import sys
+
     from lightning_docmt.inference.device import inference_device
-    from lightning_docmt.inference.documents_io import read_input, write_output
     from lightning_docmt.inference.loaded_model import load_checkpoint
-    from lightning_docmt.inference.translate import translate_documents
+    from lightning_docmt.inference.translate import translate_file
 
     model = load_checkpoint(args.ckpt, inference_device(args.device))
-    source = Path(args.input)
-    documents = read_input(source)
     beam = args.beam if args.beam is not None else model.cfg.decode.beam
     lenpen = args.lenpen if args.lenpen is not None else model.cfg.decode.len_penalty
     if beam < 1:
         raise DocMTInputError(f"--beam must be >= 1, got {beam}")
-    if args.explain:  # one JSON line per sentence on stdout, before the translation
-        from lightning_docmt.inference.translate import explain_selection
-        for line in explain_selection(model, documents):
-            print(json.dumps(line, ensure_ascii=False))
-    translations = translate_documents(model, documents, beam=beam, len_penalty=lenpen)
-    write_output(Path(args.output), source, documents, translations)
-    n = sum(len(t) for t in translations)
-    print(f"translated {n} sentences in {len(documents)} documents -> {args.output}")
+    explain = (lambda line: print(json.dumps(line, ensure_ascii=False))) if args.explain else None
+    summary = translate_file(model, Path(args.input), Path(args.output), beam=beam, len_penalty=lenpen,
+                             explain=explain)  # --explain: one JSON line per sentence on stdout
+    for line in summary.report_lines():
+        print(line, file=sys.stderr)
+    print(f"translated {summary.sentences} sentences in {summary.documents} documents -> {args.output}")
     return 0
 
 
@@ -295,7 +294,8 @@ def contrastive_command(args: argparse.Namespace) -> int:
 
 BENCHMARKS = shipped_dir("benchmarks")
 # `docmt bench --only NAME`: the benchmark scripts of `benchmarks/` (each prints its figures and ratios).
-BENCHMARK_NAMES = ("data_scale", "training_step", "zhang_efficiency", "peers", "context_overhead")
+BENCHMARK_NAMES = ("data_scale", "training_step", "zhang_efficiency", "peers", "context_overhead",
+                   "translate_memory")
 
 
 # `docmt bench --smoke`: every benchmark at tiny sizes (seconds), to check the benchmarks run, not to measure.
@@ -309,6 +309,7 @@ SMOKE_ARGUMENTS = {
               "--train-batches", "2", "--decode-sentences", "4", "--length", "8", "--threads", "1"],
     "context_overhead": ["--profile", "tiny", "--corpus", "synthetic:tiny", "--repeats", "1",
                          "--train-batches", "2", "--decode-sentences", "4", "--length", "8", "--threads", "1"],
+    "translate_memory": ["--archs", "transformer", "--sentences", "20,40", "--threads", "1"],
 }
 
 

@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks; print measured ratios")
     p.add_argument("--only", help="comma-separated benchmarks (data_scale, training_step, zhang_efficiency, "
-                                  "peers, context_overhead); default: all")
+                                  "peers, context_overhead, translate_memory); default: all")
     p.add_argument("--json", metavar="FILE", help="also write the measured ratios to FILE as JSON")
     p.add_argument("--sentences", type=int, default=2_000_000, help="data-scale corpus size")
     p.add_argument("--smoke", action="store_true",

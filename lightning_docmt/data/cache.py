@@ -228,6 +228,7 @@ class _SplitWriter:
         for stream in streams:
             self.f[f"{stream}.offsets"].write(np.zeros(1, np.int64).tobytes())
         self.n_sentences = 0
+        self.truncated: list[int] = []  # sentences cut by `add`'s max_tokens
         self.counts = {"src_tokens": 0, "tgt_tokens": 0, "src_subwords": 0, "tgt_subwords": 0,
                        "filtered": 0, "targets": 0}
         self.counts.update({f"{s}_subwords": 0 for s in dtypes if s not in _SIDES})
@@ -246,9 +247,16 @@ class _SplitWriter:
         self.counts[f"{side}_subwords"] += int(lengths.sum())
         return lengths
 
-    def add(self, side: str, texts: list[str], vocab: Vocabulary) -> np.ndarray:
-        """Encode and append one side (`src`/`tgt`) of a chunk; returns its subword lengths."""
-        lengths = self.add_ids(side, vocab.encode_batch(texts))
+    def add(self, side: str, texts: list[str], vocab: Vocabulary, max_tokens: int | None = None) -> np.ndarray:
+        """Encode and append one side (`src`/`tgt`) of a chunk, each sentence cut to its first
+        `max_tokens` subwords when given (recorded in `truncated`); returns its subword lengths."""
+        ids = vocab.encode_batch(texts)
+        if max_tokens is not None:
+            for k, row in enumerate(ids):
+                if len(row) > max_tokens:
+                    self.truncated.append(self.n_sentences + k)
+                    ids[k] = row[:max_tokens]
+        lengths = self.add_ids(side, ids)
         self.counts[f"{side}_tokens"] += sum(len(t.split()) for t in texts)
         if self.keep_text:
             raw = [t.encode("utf-8") for t in texts]
@@ -269,8 +277,8 @@ def build_cache(documents: Iterable[Document], src_vocab: Vocabulary, tgt_vocab:
                 keep_text: bool = False, extra_meta: dict | None = None,
                 chunk_sentences: int = _CHUNK_SENTENCES,
                 external: ExternalTokenizer | None = None,
-                retokenised: Mapping[str, tuple[str, ExternalTokenizer, Replacement | None]] | None = None
-                ) -> dict:
+                retokenised: Mapping[str, tuple[str, ExternalTokenizer, Replacement | None]] | None = None,
+                src_max_tokens: int | None = None) -> dict:
     """Binarize `documents` into the (empty, existing) directory `out`; returns its meta.
 
     Sentences are encoded `chunk_sentences` at a time with the vocabulary's batch encoder and
@@ -280,6 +288,9 @@ def build_cache(documents: Iterable[Document], src_vocab: Vocabulary, tgt_vocab:
     `retokenised` (array name -> (side, tokenizer, replacement), `streams.retokenised_name`) also
     writes each named array: that side's sentences in that tokenizer's ids, or the replacement's
     lines (`data/first_pass.py`: a first-pass translation per sentence) when there is one.
+    `src_max_tokens` (translation, `inference/translate.py`) cuts every source sentence to its
+    first that many subwords, for the sentence and as context alike; `meta["truncated"]` then
+    lists the sentences it cut. Without it nothing is cut and the key is absent.
     """
     retokenised = dict(retokenised or {})
     out = Path(out)
@@ -297,7 +308,7 @@ def build_cache(documents: Iterable[Document], src_vocab: Vocabulary, tgt_vocab:
         tgt_buf: list[str] = []
 
         def flush() -> None:
-            src_len = writer.add("src", src_buf, src_vocab)
+            src_len = writer.add("src", src_buf, src_vocab, src_max_tokens)
             tgt_len = writer.add("tgt", tgt_buf, tgt_vocab)
             if external is not None:
                 writer.add_ids(EXTERNAL_SIDE, external.encode_batch(src_buf))
@@ -324,6 +335,8 @@ def build_cache(documents: Iterable[Document], src_vocab: Vocabulary, tgt_vocab:
     meta = {"format": CACHE_FORMAT, **(extra_meta or {}), "documents": len(doc_ids),
             "sentences": writer.n_sentences, **writer.counts, "dtype": dtype.name,
             "has_text": keep_text}
+    if src_max_tokens is not None:
+        meta["truncated"] = writer.truncated
     if external is not None:
         meta["external"] = {"fingerprint": external.fingerprint,
                             "dtype": dtypes[EXTERNAL_SIDE].name}

@@ -21,7 +21,7 @@ state handed on is the teacher-forced one of `loss_terms`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from torch import Tensor
 
@@ -61,6 +61,24 @@ class DocumentOrderWalk:
         if self.carried is not None:
             batch = self.carried.attach(batch, self.model)
         return batch
+
+    def resume(self, doc_index: int, pos_in_doc: int, carry: Any,
+               outputs: Mapping[int, Sequence[int]]) -> None:
+        """Go on where an earlier walk stopped, before sentence `pos_in_doc` of document
+        `doc_index` (`docmt translate` walks a long document one piece at a time, the piece
+        starting with the sentences its context reads): `outputs` maps sentences of this walk's
+        split to the ids the earlier walk output for them, and `carry` is the state the sentence
+        before `pos_in_doc` handed on (the earlier walk's `handed_on`; None: none)."""
+        if self.outputs is not None:
+            for sent, ids in outputs.items():
+                self.outputs.record(sent, ids)
+        if self.carried is not None and carry is not None:
+            self.carried.hand_to(doc_index, pos_in_doc - 1, carry)
+
+    def handed_on(self, doc_index: int, pos_in_doc: int) -> Any:
+        """Right after `decoded` of the batch holding that sentence: the state it hands on (None
+        for a model that carries none)."""
+        return None if self.carried is None else self.carried.handed_on(doc_index, pos_in_doc)
 
     def hand_on(self, batch: dict[str, Any], carry: Any) -> None:
         """Teacher forcing: the state `loss_terms` computed (`LossTerms.carry`) goes to the next sentences."""

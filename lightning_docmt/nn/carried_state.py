@@ -103,6 +103,21 @@ class CarriedState:
         self._docs, self._positions = batch["doc_index"], batch["pos_in_doc"]
         self._value = map_tensors(Tensor.detach, value)
 
+    def handed_on(self, doc_index: int, pos_in_doc: int) -> Any:
+        """The state that sentence `pos_in_doc` of document `doc_index` handed on, one row
+        (batch-first), when the batch kept last holds it; else None."""
+        if self._value is None:
+            return None
+        found = (self._docs.eq(doc_index) & self._positions.eq(pos_in_doc)).nonzero().flatten()
+        return select_rows(self._value, found[:1]) if found.numel() else None
+
+    def hand_to(self, doc_index: int, pos_in_doc: int, value: Any) -> None:
+        """Make `value` (one row, as `handed_on` gives it) the state that sentence `pos_in_doc` + 1
+        of document `doc_index` reads, and forget any other: a walk that goes on where another
+        one stopped (`docmt translate` reads a long document in pieces)."""
+        self._docs, self._positions = torch.tensor([doc_index]), torch.tensor([pos_in_doc])
+        self._value = map_tensors(Tensor.detach, value)
+
     def state_dict(self) -> dict[str, Any]:
         """The state on the CPU, dataclasses as plain dicts (for checkpoints)."""
         return plain(map_tensors(Tensor.cpu, {"docs": self._docs, "positions": self._positions,
