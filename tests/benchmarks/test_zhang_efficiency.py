@@ -49,9 +49,11 @@ def test_bad_benchmark_arguments_are_rejected():
 
 
 def bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    """`docmt bench ARGS` as a user runs it, in `tmp_path` (its caches land there)."""
+    """`docmt bench ARGS` as a user runs it, in `tmp_path` (its caches land there). The limit is a
+    guard against a hang: every benchmark at its smoke sizes is six processes importing torch and
+    about 100 s on 2 idle cores, several times that on a loaded machine."""
     return subprocess.run([sys.executable, "-m", "lightning_docmt.cli", "bench", *args], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=900)
 
 
 @pytest.mark.subprocess
