@@ -37,14 +37,14 @@ PLACEHOLDER_VOCAB = 16  # vocabulary size of the models `parameter_names` builds
 
 
 def select_rows(value: T, index: Tensor, include_static: bool = True) -> T:
-    """Rows `index` of every batch-first tensor inside `value` (tensors, dataclasses, dicts, lists, tuples)."""
+    """Rows `index` of every batch-first tensor inside `value` (tensors, dataclasses, dicts, lists,
+    tuples); an `AttentionCache` selects its own (lazily; a static one stays as it is unless
+    `include_static`)."""
     if isinstance(value, Tensor):
         return value.index_select(0, index)
     if isinstance(value, AttentionCache):
         return value.select_rows(index, include_static)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if not include_static and getattr(value, "static", False):
-            return value
         return dataclasses.replace(value, **{
             f.name: select_rows(getattr(value, f.name), index, include_static)
             for f in dataclasses.fields(value) if f.init})
