@@ -39,6 +39,11 @@ This benchmark measures the cost of every architecture the same way, in one run:
   figures include the encoder pass of a first epoch and of a translation; later epochs of a run
   read the features back and train faster than measured here.
 
+What packing saves (`--padded concat,zhang_doc,...`): each architecture named runs a second time as
+`<arch> padded`, the same weights with every batch left padded (`nn/packing.padded_batches`), in
+the same interleaving: its figures beside the packed ones are what running the encoders over the
+real positions only saves (`nn/packing.py`).
+
 Left out (`LEFT_OUT`): the RNN's models that read what came before them in document order, the
 shared-context models (states carried from each sentence to the next) and the target-side ones (the
 previous translation, their own output when decoding). Their training needs document-order batches
@@ -56,7 +61,8 @@ machine are noisy: compare ratios measured in the same run, on quiet cores.
 
     python benchmarks/context_overhead.py [--profile cpu] [--corpus bible:en-fr] \
         [--archs concat,zhang_doc,...] [--repeats 3] [--train-batches 8] [--decode-sentences 64] \
-        [--beam 4] [--length 40] [--threads 2] [--precisions fp32,bf16] [--json out.json] [key=value ...]
+        [--beam 4] [--length 40] [--threads 2] [--precisions fp32,bf16] [--padded concat,...] \
+        [--json out.json] [key=value ...]
 """
 
 from __future__ import annotations
@@ -95,6 +101,7 @@ from lightning_docmt.config.composition import compose  # noqa: E402
 from lightning_docmt.data.collate import WindowDataset  # noqa: E402
 from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
 from lightning_docmt.data.windows import WindowSpec  # noqa: E402
+from lightning_docmt.nn.packing import padded_batches  # noqa: E402
 from lightning_docmt.training.run import build_module  # noqa: E402
 
 REFERENCE = "transformer"
@@ -118,6 +125,8 @@ LEFT_OUT = {
     "yk_rnn target side (context.side=target)": "reads the previous translation, its own output when "
                                                 "decoding: one sentence after the one before it",
 }
+PADDED = " padded"
+"""Suffix of the side that runs an architecture with every batch padded (`--padded`)."""
 PAPER_RATIO = {"zhang_doc": {"train": PAPER["zhang_doc"]["train"] / PAPER["transformer"]["train"],
                              "beam": PAPER["zhang_doc"]["decode"] / PAPER["transformer"]["decode"]}}
 
@@ -159,9 +168,21 @@ def context_tokens(batches: list[Batch], window: WindowSpec) -> int:
                + sum(int((~batch[key]).sum()) for key in masks) for batch in batches)
 
 
-def build_side(cfg, datamodule: DocumentWindowDataModule, seed: int) -> ModuleSide:
+class PaddedSide(ModuleSide):
+    """A model whose batches all stay padded while it is timed (`nn/packing.padded_batches`)."""
+
+    def time_training(self, *args, **kwargs) -> tuple[int, float]:
+        with padded_batches():
+            return super().time_training(*args, **kwargs)
+
+    def time_beam(self, *args, **kwargs) -> tuple[int, float]:
+        with padded_batches():
+            return super().time_beam(*args, **kwargs)
+
+
+def build_side(cfg, datamodule: DocumentWindowDataModule, seed: int, padded: bool = False) -> ModuleSide:
     torch.manual_seed(seed)
-    return ModuleSide(build_module(cfg, datamodule), cfg.decode.len_penalty)
+    return (PaddedSide if padded else ModuleSide)(build_module(cfg, datamodule), cfg.decode.len_penalty)
 
 
 def arch_report(cfg, side: ModuleSide, work: Workload, window: WindowSpec) -> dict:
@@ -205,12 +226,18 @@ def measure(args: argparse.Namespace) -> dict:
     train, decode = reference_sentences(reference, args)
     datamodules = {arch: arch_data(reference, cfg, args.seed) for arch, cfg in configs.items()}
     workloads = {arch: workload(dm, train, decode) for arch, dm in datamodules.items()}
-    sides = {arch: build_side(cfg, datamodules[arch], args.seed) for arch, cfg in configs.items()}
+    sides: dict[str, ModuleSide] = {}
+    for arch, cfg in configs.items():
+        sides[arch] = build_side(cfg, datamodules[arch], args.seed)
+        if arch in args.padded:  # the same weights (same seed), every batch padded
+            sides[arch + PADDED] = build_side(cfg, datamodules[arch], args.seed, padded=True)
+            workloads[arch + PADDED] = workloads[arch]
+    base = {name: name.removesuffix(PADDED) for name in sides}
     return {
         "setup": setup_report(args, reference, workloads[REFERENCE], len(datamodules[REFERENCE].tgt_vocab)),
         "machine": machine(),
-        "archs": {arch: arch_report(cfg, sides[arch], workloads[arch], datamodules[arch].window)
-                  for arch, cfg in configs.items()},
+        "archs": {name: arch_report(configs[arch], sides[name], workloads[name], datamodules[arch].window)
+                  for name, arch in base.items()},
         "precisions": {name: measure_precision(sides, workloads, PRECISIONS[name], args) for name in args.precisions},
         "paper_ratio_vs_transformer": {arch: PAPER_RATIO[arch] for arch in args.archs if arch in PAPER_RATIO},
         "left_out": LEFT_OUT,
@@ -229,7 +256,7 @@ def print_report(report: dict) -> None:
           f"beam {setup['beam']}, {setup['length']} tokens, {setup['decode_sentences']} sentences | median of "
           f"{setup['repeats']} (min-max)")
     for precision, figures in report["precisions"].items():
-        print(f"{precision:>16} | {'train tgt tok/s':>24} | {'/ transformer':>18} | {'beam tok/s':>24} | "
+        print(f"{precision:>20} | {'train tgt tok/s':>24} | {'/ transformer':>18} | {'beam tok/s':>24} | "
               f"{'/ transformer':>18} | paper train / beam")
         for arch in report["archs"]:
             cells = [text for figure in FIGURES
@@ -237,7 +264,7 @@ def print_report(report: dict) -> None:
                                   cell(figures[figure]["ratio_vs_transformer"][arch], 2))]
             paper = report["paper_ratio_vs_transformer"].get(arch)
             paper_text = f"{paper['train']:.2f} / {paper['beam']:.2f}" if paper else ""
-            print(f"{arch:>16} | {cells[0]:>24} | {cells[1]:>18} | {cells[2]:>24} | {cells[3]:>18} | {paper_text}")
+            print(f"{arch:>20} | {cells[0]:>24} | {cells[1]:>18} | {cells[2]:>24} | {cells[3]:>18} | {paper_text}")
 
 
 def parse_archs(parser: argparse.ArgumentParser, text: str) -> list[str]:
@@ -253,8 +280,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = side_by_side_arguments(__doc__.split("\n\n")[0], "every model", "fp32")
     parser.add_argument("--archs", default=",".join(ARCHS),
                         help=f"comma-separated, of {', '.join(ARCHS)} ({REFERENCE} always runs)")
+    parser.add_argument("--padded", default="",
+                        help="comma-separated architectures of --archs to time a second time with every batch "
+                             "padded (`<arch> padded`): what packing saves")
     args = parse_side_by_side(parser, argv)
     args.archs = parse_archs(parser, args.archs)
+    args.padded = [name.strip() for name in args.padded.split(",") if name.strip()]
+    outside = [name for name in args.padded if name not in args.archs]
+    if outside:
+        parser.error(f"--padded: '{outside[0]}' is not among the architectures run ({', '.join(args.archs)})")
     return args
 
 

@@ -17,6 +17,11 @@ Two caches serve incremental decoding:
 - a *static* cache (cross-attention): the keys/values of a fixed memory (encoder output, context
   encoding) are projected once, when the cache is created, and reused at every step.
 
+Packed positions (`nn/packing.py`): a query given as the real positions of a batch (N, D) with
+their `packing` is projected as it is and laid out (B, T, ...) only for the scores, and the output
+projection runs on the packed rows again; a memory's keys and values are projected from its real
+positions when its padding packs, zeros at the padded ones (which the mask keeps out).
+
 Initialisation: W^Q, W^K, W^V and W^O are each Xavier-uniform over their own D x D block (the
 per-matrix reading of tensor2tensor/THUMT's fan-average uniform initialiser); biases are zero.
 """
@@ -25,12 +30,15 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from lightning_docmt.nn.packing import Packing
 
 CPU_ATTENTION_BACKENDS = [SDPBackend.MATH]
 
@@ -110,6 +118,11 @@ class AttentionMemory:
     states: Tensor
     mask: Tensor
 
+    @cached_property
+    def packing(self) -> Optional[Packing]:
+        """How to project only the real positions of `states`, or None to project them all."""
+        return Packing.of_mask(self.mask, self.states)
+
     @classmethod
     def from_padding(cls, states: Tensor, pad: Tensor) -> AttentionMemory:
         """Build from a (B, S) padding mask (True = padding)."""
@@ -151,49 +164,57 @@ class MultiHeadAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.heads, -1).transpose(1, 2)  # (B, H, L, d_k)
 
-    def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of a memory (B, S, D) -> two (B, H, S, d_k) tensors."""
+    def project_memory(self, memory: Tensor, packing: Optional[Packing] = None) -> tuple[Tensor, Tensor]:
+        """Keys and values of a memory (B, S, D) -> two (B, H, S, d_k) tensors; with `packing`, from
+        its real positions only (zeros at the padded ones)."""
         d = self.d_model
-        kv = F.linear(memory, self.in_proj_weight[d:], self.in_proj_bias[d:])  # (B, S, 2D)
+        if packing is None:
+            kv = F.linear(memory, self.in_proj_weight[d:], self.in_proj_bias[d:])  # (B, S, 2D)
+        else:
+            kv = packing.unpack(F.linear(packing.pack(memory), self.in_proj_weight[d:], self.in_proj_bias[d:]))
         key, value = kv.chunk(2, dim=-1)
         return self._split_heads(key), self._split_heads(value)
 
-    def static_cache(self, memory: Tensor) -> AttentionCache:
-        """A cross-attention cache holding the memory's projected keys/values."""
-        key, value = self.project_memory(memory)
+    def static_cache(self, memory: Tensor, packing: Optional[Packing] = None) -> AttentionCache:
+        """A cross-attention cache holding the memory's projected keys/values (`project_memory`)."""
+        key, value = self.project_memory(memory, packing)
         return AttentionCache(key, value, static=True)
 
     def forward(self, query: Tensor, memory: Optional[Tensor] = None, mask: Optional[Tensor] = None,
-                causal: bool = False, cache: Optional[AttentionCache] = None) -> Tensor:
+                causal: bool = False, cache: Optional[AttentionCache] = None,
+                packing: Optional[Packing] = None) -> Tensor:
         """Attend from `query` (B, T, D) to `memory` (B, S, D), or to `query` itself when `memory` is None.
 
         mask: bool, broadcastable to (B, H, T, S), True = may attend (e.g. `key_mask(pad)`).
         causal: position t attends to positions <= t only (self-attention over a full sequence).
         cache: a static cache replaces the memory's keys/values; an incremental cache receives this
         call's keys/values and the query attends over everything cached so far.
+        packing: `query` is the real positions (N, D) of a (B, T) batch (`nn/packing.py`), and so is
+        the result; self-attention then attends over those same rows, laid out (B, T).
         """
         d = self.d_model
-        if cache is not None and cache.static:
-            q = F.linear(query, self.in_proj_weight[:d], self.in_proj_bias[:d])
-            key, value = cache.key, cache.value
-        elif memory is None:
-            q, k, v = F.linear(query, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)
+        static = cache is not None and cache.static
+        if memory is None and not static:  # self-attention: Q, K and V in one product
+            qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)  # (B, T, 3D), or (N, 3D) packed
+            q, k, v = (qkv if packing is None else packing.unpack(qkv)).chunk(3, dim=-1)
             key, value = self._split_heads(k), self._split_heads(v)
         else:
             q = F.linear(query, self.in_proj_weight[:d], self.in_proj_bias[:d])
-            key, value = self.project_memory(memory)
+            q = q if packing is None else packing.unpack(q)  # (B, T, D)
+            key, value = (cache.key, cache.value) if static else self.project_memory(memory)
         if cache is not None and not cache.static:
             cache.append(key, value)
             key, value = cache.key, cache.value
         if causal and mask is not None:
-            length = query.size(1)
+            length = q.size(1)
             mask = mask & torch.ones(length, key.size(2), dtype=torch.bool, device=query.device).tril()
             causal = False
         context = scaled_dot_product_attention(
             self._split_heads(q), key, value, mask=mask,
             dropout=self.dropout if self.training else 0.0, causal=causal)  # (B, H, T, d_k)
         batch, _, length, _ = context.shape
-        return self.out_proj(context.transpose(1, 2).reshape(batch, length, d))  # (B, T, D)
+        context = context.transpose(1, 2).reshape(batch, length, d)  # (B, T, D)
+        return self.out_proj(context if packing is None else packing.pack(context))  # (B, T, D), or (N, D)
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],

@@ -15,19 +15,25 @@ Parameter names follow the sublayer names: `layers.<i>.<sublayer>.fn.*`, `layers
 Every sublayer function has the signature `fn(x, inputs: LayerInputs, cache) -> (B, T, D)`.
 Cross-attention sublayers name the memory they read from `inputs.memories` ("memory" = encoder
 output; architectures add their own, e.g. "context").
+
+A stack run without a decoding cache packs a padded batch (`nn/packing.py`, `run_layers`): the
+sublayers then get the real positions as x (N, D) and `inputs.packing`; those marked `packable`
+(FFN, self- and cross-attention) work on them, `ResidualBlock` lays the rows out for any other.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.nn.attention import AttentionCache, AttentionMemory, MultiHeadAttention
+from lightning_docmt.nn.packing import Packing, dropout_of
 from lightning_docmt.nn.residual import LAYER_NORM_EPS, ResidualBlock
 
 LayerCache = dict[str, AttentionCache]
@@ -49,16 +55,24 @@ class LayerInputs:
     self_mask: (B, 1, 1, T) bool, True = may attend, or None (no padding among the keys).
     causal: self-attention over a full sequence sees only positions <= t.
     memories: cross-attention memories by name.
+    packing: set by `run_layers` only: x is then (N, D), the batch's real positions (`nn/packing.py`).
     """
 
     self_mask: Optional[Tensor] = None
     causal: bool = False
     memories: dict[str, AttentionMemory] = field(default_factory=dict)
+    packing: Optional[Packing] = None
+
+    def unpacked(self) -> LayerInputs:
+        """The same inputs for a padded x (B, T, D)."""
+        return dataclasses.replace(self, packing=None)
 
 
 class FeedForward(nn.Module):
     """Position-wise FFN (Eq. 2 of Vaswani et al.) with `relu_dropout` after the activation (ReLU
     unless `activation` names another one of `ACTIVATIONS`); Xavier-uniform weights."""
+
+    packable = True  # position-wise
 
     def __init__(self, d_model: int, ffn_dim: int, relu_dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
@@ -74,11 +88,14 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor, inputs: Optional[LayerInputs] = None,
                 cache: Optional[AttentionCache] = None) -> Tensor:
-        return self.fc2(self.relu_dropout(self.activation(self.fc1(x))))
+        hidden = self.activation(self.fc1(x))  # (B, T, F), or (N, F) packed
+        return self.fc2(dropout_of(self.relu_dropout, hidden, None if inputs is None else inputs.packing))
 
 
 class SelfAttention(nn.Module):
     """Multi-head self-attention sublayer; its decoding cache is incremental (keys/values appended)."""
+
+    packable = True
 
     def __init__(self, d_model: int, heads: int, attn_dropout: float = 0.0):
         super().__init__()
@@ -88,14 +105,18 @@ class SelfAttention(nn.Module):
         return AttentionCache()
 
     def forward(self, x: Tensor, inputs: LayerInputs, cache: Optional[AttentionCache] = None) -> Tensor:
-        return self.attn(x, None, inputs.self_mask, inputs.causal, cache)
+        return self.attn(x, None, inputs.self_mask, inputs.causal, cache, inputs.packing)
 
 
 class CrossAttention(nn.Module):
     """Multi-head attention from the layer's stream to the memory `inputs.memories[memory]`.
 
-    Its decoding cache is static: the memory's keys/values are projected once by `new_cache`.
+    Its decoding cache is static: the memory's keys/values are projected once by `new_cache`; a
+    forward pass without a cache projects them the same way, from the memory's real positions only
+    when its padding packs (`AttentionMemory.packing`).
     """
+
+    packable = True
 
     def __init__(self, d_model: int, heads: int, attn_dropout: float = 0.0, memory: str = "memory"):
         super().__init__()
@@ -103,11 +124,13 @@ class CrossAttention(nn.Module):
         self.memory = memory
 
     def new_cache(self, inputs: LayerInputs) -> AttentionCache:
-        return self.attn.static_cache(inputs.memories[self.memory].states)
+        memory = inputs.memories[self.memory]
+        return self.attn.static_cache(memory.states, memory.packing)
 
     def forward(self, x: Tensor, inputs: LayerInputs, cache: Optional[AttentionCache] = None) -> Tensor:
-        memory = inputs.memories[self.memory]
-        return self.attn(x, memory.states, memory.mask, False, cache)
+        if cache is None:
+            cache = self.new_cache(inputs)
+        return self.attn(x, None, inputs.memories[self.memory].mask, False, cache, inputs.packing)
 
 
 def self_attention_block(cfg: ModelConfig, norm_eps: float = LAYER_NORM_EPS) -> ResidualBlock:
@@ -128,7 +151,12 @@ def feed_forward_block(cfg: ModelConfig, activation: str = "relu", norm_eps: flo
 
 
 class TransformerLayer(nn.ModuleDict):
-    """An ordered mapping sublayer name -> `ResidualBlock`, applied in order."""
+    """An ordered mapping sublayer name -> `ResidualBlock`, applied in order.
+
+    `packable`: the layer takes packed rows (its blocks lay them out where they need to); a
+    subclass that combines sublayers in its own way says False (`run_layers`)."""
+
+    packable = True
 
     def insert(self, name: str, block: ResidualBlock, before: str) -> None:
         """Insert a sublayer right before an existing one (e.g. `context_attn` before `cross_attn`)."""
@@ -178,18 +206,35 @@ class TransformerStack(nn.Module):
         return [layer.new_cache(inputs) for layer in self.layers]
 
     def forward(self, x: Tensor, inputs: LayerInputs, cache: Optional[list[LayerCache]] = None) -> Tensor:
-        for index, layer in enumerate(self.layers):
-            x = layer(x, inputs, None if cache is None else cache[index])
+        if cache is None:
+            return run_layers(self.layers, x, inputs, self.finish)
+        for index, layer in enumerate(self.layers):  # incremental decoding
+            x = layer(x, inputs, cache[index])
         return self.finish(x)
 
     def run_layers(self, x: Tensor, inputs: LayerInputs, start: int = 0, stop: Optional[int] = None) -> Tensor:
         """Layers `start`..`stop`-1 only, without a cache and without the final LayerNorm: for an encoder
         that changes the sequence between layers (Ma et al. 2020 cut out the current sentence after
         the bottom layers, `models/flat.py`); `finish` then applies what `forward` ends with."""
-        for layer in self.layers[start:stop]:
-            x = layer(x, inputs)
-        return x
+        return run_layers(self.layers[start:stop], x, inputs)
 
     def finish(self, x: Tensor) -> Tensor:
         """The stack's output from the last layer's: the final LayerNorm in pre-LN mode, else `x`."""
         return x if self.final_norm is None else self.final_norm(x)
+
+
+def run_layers(layers: Iterable[nn.Module], x: Tensor, inputs: LayerInputs,
+               finish: Optional[Callable[[Tensor], Tensor]] = None) -> Tensor:
+    """x (B, L, D) through `layers` (no decoding cache), then `finish` (e.g. a final LayerNorm), over the
+    real positions only when `inputs.self_mask` leaves enough of them padded (`Packing.of_mask`)."""
+    packing = Packing.of_mask(inputs.self_mask, x)
+    if packing is not None:
+        x, inputs = packing.pack(x), dataclasses.replace(inputs, packing=packing)  # x: (N, D)
+    for layer in layers:
+        if packing is None or getattr(layer, "packable", False):
+            x = layer(x, inputs)
+        else:  # a layer that needs the rows laid out: (N, D) -> (B, L, D) -> (N, D)
+            x = packing.pack(layer(packing.unpack(x), inputs.unpacked()))
+    if finish is not None:
+        x = finish(x)
+    return x if packing is None else packing.unpack(x)  # (B, L, D)

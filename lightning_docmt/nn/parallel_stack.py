@@ -55,13 +55,17 @@ class AttnBlock(nn.Module):
         self.memory = memory
 
     def new_cache(self, inputs: LayerInputs) -> AttentionCache:
-        """The memory's keys and values, projected once for every decoding step."""
-        return self.attn.static_cache(inputs.memories[self.memory].states)
+        """The memory's keys and values, projected once for every decoding step (in training once per
+        forward pass), from its real positions when its padding packs (`AttentionMemory.packing`)."""
+        memory = inputs.memories[self.memory]
+        return self.attn.static_cache(memory.states, memory.packing)
 
     def forward(self, query: Tensor, inputs: LayerInputs, cache: Optional[AttentionCache] = None) -> Tensor:
         """query (B, T, D) -> (B, T, D)."""
-        memory = inputs.memories[self.memory]
-        return self.norm(self.dropout(self.attn(query, memory.states, memory.mask, False, cache))) + query
+        if cache is None:
+            cache = self.new_cache(inputs)
+        attended = self.attn(query, None, inputs.memories[self.memory].mask, False, cache)  # (B, T, D)
+        return self.norm(self.dropout(attended)) + query
 
 
 def branch_draw(seed: int, layer: int, draw: int) -> float:
@@ -125,7 +129,10 @@ class ParallelStackLayer(TransformerLayer):
     """A `TransformerLayer` whose sublayer `branch_at` runs beside a `ContextStack` (entry `STACK`,
     which the sublayer loop skips): T = DropBranch(branch_at(X), stack(X)), and the layer goes on
     from T. The other sublayers and their names are the layer's own, so a sentence Transformer's
-    checkpoint loads into it with only the stack's parameters missing."""
+    checkpoint loads into it with only the stack's parameters missing. It takes its rows laid out
+    (B, T, D), never packed (`nn/layers.run_layers`)."""
+
+    packable = False
 
     def __init__(self, layer: TransformerLayer, branch_at: str, stack: ContextStack):
         super().__init__(dict(layer.items()))

@@ -64,7 +64,7 @@ from lightning_docmt.config.pretrained_files import (
 from lightning_docmt.config.schema import ModelConfig
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.nn.attention import key_mask
-from lightning_docmt.nn.layers import LayerInputs, TransformerLayer, encoder_layer
+from lightning_docmt.nn.layers import LayerInputs, TransformerLayer, encoder_layer, run_layers
 
 INIT_STD = 0.02  # BERT's initializer_range: the tables' values before a checkpoint is loaded
 
@@ -236,8 +236,4 @@ class PretrainedEncoder(nn.Module):
 
     def forward(self, tokens: Tensor, types: Tensor, pad: Tensor) -> Tensor:
         """tokens, types (B, L) int, pad (B, L) bool (True = padding) -> states (B, L, width)."""
-        x = self.embed(tokens, types)
-        inputs = LayerInputs(self_mask=key_mask(pad))
-        for layer in self.layers:
-            x = layer(x, inputs)
-        return x
+        return run_layers(self.layers, self.embed(tokens, types), LayerInputs(self_mask=key_mask(pad)))

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lightning_docmt.cli import commands
+from lightning_docmt.nn.packing import Packing
 from tests.benchmarks.benchmark_scripts import load_benchmark
 
 CONTEXT_MODELS = ("concat", "zhang_doc", "flat", "lifeng_coattn", "pas", "yk_rnn_separated")
@@ -81,3 +82,32 @@ def test_the_reference_always_runs_and_an_unknown_architecture_is_one_error(caps
         bench.parse_args(["--archs", "concat,zhang"])
     assert exit_info.value.code == 2
     assert "--archs: unknown architecture 'zhang'; available: transformer, concat" in capsys.readouterr().err
+
+
+def test_a_padded_side_runs_the_same_model_with_nothing_packed(tmp_path, monkeypatch, capsys):
+    bench = load_benchmark("context_overhead")
+    args = bench.parse_args(["--profile", "tiny", "--corpus", "synthetic:tiny", "--archs", "concat",
+                             "--padded", "concat", "--train-batches", "2", "--decode-sentences", "4",
+                             f"data.cache_dir={tmp_path}"])
+    assert args.padded == ["concat"]
+    configs = bench.compose_archs(args)
+    cfg, reference = configs["concat"], configs["transformer"]
+    train, decode = bench.reference_sentences(reference, args)
+    data = bench.arch_data(reference, cfg, args.seed)
+    work = bench.workload(data, train, decode)
+    packed_rows = []
+    original = Packing.pack
+    monkeypatch.setattr(Packing, "pack", lambda self, x: packed_rows.append(len(self.index)) or original(self, x))
+    sides = {padded: bench.build_side(cfg, data, args.seed, padded=padded) for padded in (False, True)}
+    assert all(torch.equal(a, b) for a, b in zip(sides[False].model.parameters(), sides[True].model.parameters()))
+    counts = {}
+    for padded, side in sides.items():
+        packed_rows.clear()
+        side.time_training(work.train, autocast=False)
+        side.time_beam(work.decode, False, 4, 8)
+        counts[padded] = len(packed_rows)
+    assert counts[False] > 0 and counts[True] == 0  # concat's [previous; current] rows pack, unless padded
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args(["--archs", "concat", "--padded", "flat"])
+    assert exit_info.value.code == 2
+    assert "--padded: 'flat' is not among the architectures run (transformer, concat)" in capsys.readouterr().err

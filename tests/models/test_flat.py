@@ -24,6 +24,7 @@ from lightning_docmt.inference.translate import binarize_documents
 from lightning_docmt.models.flat import CONTEXT_SEGMENT, CURRENT_SEGMENT, FlatConfig, FlatSeq2Seq
 from lightning_docmt.models.transformer import TransformerConfig, TransformerSeq2Seq
 from lightning_docmt.nn.concatenation import join_rows
+from lightning_docmt.nn.layers import LayerInputs
 from tests.helpers.cli_run import docmt, run_dir_of
 from tests.helpers.corpus_fixtures import CONTEXT_DOCUMENTS as DOCUMENTS
 from tests.helpers.corpus_fixtures import CONTEXT_REFERENCES as REFERENCES
@@ -119,7 +120,7 @@ def test_join_rows_reports_origins_and_starts():
 def test_encoder_input_is_words_positions_over_the_whole_sequence_and_segments(segments):
     model = flat_model(segment_embedding=segments)
     seen = []
-    model.encoder.layers[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    model.encoder.layers[0].register_forward_pre_hook(lambda module, args: seen.append(laid_out(*args)))
     batch = doc_batch()
     model.encode(batch)
     joined, current = model.unified_input(batch)
@@ -174,10 +175,15 @@ def test_parameter_names_come_from_the_registry_without_building_weights():
 # The cut after the bottom blocks (Eqs. 4-5, trap 11)
 
 
+def laid_out(x: Tensor, inputs: LayerInputs) -> Tensor:
+    """A block's hidden states (B, L, D), also when the stack packed them (`nn/packing.py`)."""
+    return x if inputs.packing is None else inputs.packing.unpack(x)
+
+
 def layer_inputs(model: FlatSeq2Seq, batch: dict[str, Tensor]) -> list[Tensor]:
-    """The hidden states each encoder block receives during `encode(batch)`."""
+    """The hidden states each encoder block receives during `encode(batch)`, (B, L, D)."""
     seen: list[Tensor] = []
-    hooks = [layer.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    hooks = [layer.register_forward_pre_hook(lambda module, args: seen.append(laid_out(*args)))
              for layer in model.encoder.layers]
     model.encode(batch)
     for hook in hooks:
@@ -202,7 +208,7 @@ def test_the_cut_keeps_the_bottom_output_at_the_current_positions():
     model = flat_model(1)
     batch = doc_batch()
     outputs: list[Tensor] = []
-    model.encoder.layers[0].register_forward_hook(lambda module, args, out: outputs.append(out))
+    model.encoder.layers[0].register_forward_hook(lambda module, args, out: outputs.append(laid_out(out, args[1])))
     top_input = layer_inputs(model, batch)[1]  # (B, S, D)
     joined, current = model.unified_input(batch)
     for row in range(4):

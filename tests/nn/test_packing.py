@@ -1,0 +1,175 @@
+"""Packed positions (`nn/packing.py`): an encoder over the real tokens of a padded batch only
+computes what the padded one computes, draws the same dropout masks, and trains the same."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lightning_docmt.batch import EOS_ID, PAD_ID
+from lightning_docmt.config.schema import ModelConfig
+from lightning_docmt.data.vocab import WordPieceVocab
+from lightning_docmt.inference.decoding import beam_search
+from lightning_docmt.nn import packing as packing_module
+from lightning_docmt.nn.attention import AttentionMemory, key_mask
+from lightning_docmt.nn.layers import LayerInputs, TransformerStack, cross_attention_block, encoder_layer
+from lightning_docmt.nn.output_loss import output_label_smoothed_nll
+from lightning_docmt.nn.packing import Packing
+from tests.helpers.model_inputs import random_batch, tiny_model
+from tests.models.test_donato2021 import MINILM, stream_batch
+from tests.models.test_donato2021 import build as build_pas
+from tests.models.test_flat import doc_batch as flat_batch
+from tests.models.test_flat import flat_model
+from tests.models.test_lifeng_coattn import coattn_model
+from tests.models.test_lifeng_coattn import doc_batch as coattn_batch
+from tests.models.test_zhang_doc import zhang_model
+
+D = 16
+PAD = torch.tensor([[False] * 6, [False] * 2 + [True] * 4, [True] * 6, [False] * 5 + [True]])  # (3 + 1, 6)
+PACK_ALWAYS, PACK_NEVER = 0.0, 2.0  # MIN_PADDING_SHARE settings: every batch packs / none does
+
+
+def test_pack_keeps_the_real_positions_row_by_row_and_unpack_puts_them_back_with_zeros_between():
+    x = torch.randn(4, 6, D)
+    packing = Packing.of_mask(key_mask(PAD), x)
+    packed = packing.pack(x)
+    assert torch.equal(packed, x[~PAD])  # (13, D), rows in order
+    restored = packing.unpack(packed)
+    assert torch.equal(restored[~PAD], x[~PAD])
+    assert torch.equal(restored[PAD], torch.zeros(int(PAD.sum()), D))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_packed_dropout_draws_the_mask_of_the_padded_batch(p):
+    x = torch.randn(4, 6, D, 8)
+    packing = Packing.of_mask(key_mask(PAD), x)
+    dropout = nn.Dropout(p).train()
+    torch.manual_seed(3)
+    expected = F.dropout(x, p, training=True)[~PAD]
+    after = torch.rand(1)  # where the generator is afterwards
+    torch.manual_seed(3)
+    assert torch.equal(packing.dropout(dropout, packing.pack(x)), expected)
+    assert torch.equal(torch.rand(1), after)
+    assert torch.equal(packing.dropout(dropout.eval(), packing.pack(x)), packing.pack(x))
+
+
+def test_only_a_cpu_batch_padded_enough_packs(monkeypatch):
+    x = torch.randn(4, 6, D)
+    share = int(PAD.sum()) / PAD.numel()  # 11 of 24 positions
+    monkeypatch.setattr(packing_module, "MIN_PADDING_SHARE", share + 0.01)
+    assert Packing.of_mask(key_mask(PAD), x) is None
+    monkeypatch.setattr(packing_module, "MIN_PADDING_SHARE", share - 0.01)
+    assert Packing.of_mask(key_mask(PAD), x) is not None
+    assert Packing.of_mask(key_mask(PAD), x.to("meta")) is None  # off the CPU: padded
+    assert Packing.of_mask(None, x) is None
+    assert Packing.of_mask(torch.ones(4, 1, 6, 6, dtype=torch.bool), x) is None  # not a key mask
+
+
+def run_twice(monkeypatch, compute):
+    """`compute()` with every batch packed and with none, from the same random state."""
+    results = []
+    for share in (PACK_ALWAYS, PACK_NEVER):
+        monkeypatch.setattr(packing_module, "MIN_PADDING_SHARE", share)
+        torch.manual_seed(11)
+        results.append(compute())
+    return results
+
+
+def gradients(model: nn.Module) -> dict[str, Tensor]:
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_same_training(packed: tuple[Tensor, dict], padded: tuple[Tensor, dict]) -> None:
+    torch.testing.assert_close(packed[0], padded[0], rtol=1e-5, atol=1e-5)
+    assert packed[1].keys() == padded[1].keys() and packed[1]
+    for name in padded[1]:
+        torch.testing.assert_close(packed[1][name], padded[1][name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_a_packed_encoder_with_dropout_computes_and_trains_as_the_padded_one(monkeypatch, pre_norm):
+    cfg = ModelConfig(d_model=D, heads=2, ffn_dim=32, dropout=0.3, attn_dropout=0.2, relu_dropout=0.3,
+                      pre_norm=pre_norm)
+    torch.manual_seed(0)
+    stack = TransformerStack([encoder_layer(cfg) for _ in range(2)], D, pre_norm).train()
+    memory_pad = torch.tensor([[False] * 3 + [True] * 2, [False] * 5, [False] + [True] * 4, [True] * 5])
+    memory = AttentionMemory.from_padding(torch.randn(4, 5, D), memory_pad)
+    for layer in stack.layers:  # a cross-attention over a padded memory too
+        layer.insert("cross_attn", cross_attention_block(cfg), before="ffn")
+    x = torch.randn(4, 6, D)
+
+    def compute():
+        stack.zero_grad()
+        out = stack(x, LayerInputs(self_mask=key_mask(PAD), memories={"memory": AttentionMemory(memory.states,
+                                                                                                memory.mask)}))
+        (out[~PAD] ** 2).sum().backward()
+        return out, gradients(stack)
+
+    packed, padded = run_twice(monkeypatch, compute)
+    torch.testing.assert_close(packed[0][~PAD], padded[0][~PAD], rtol=1e-5, atol=1e-5)
+    assert torch.equal(packed[0][PAD], torch.zeros(int(PAD.sum()), D))
+    assert_same_training((packed[0][~PAD], packed[1]), (padded[0][~PAD], padded[1]))
+
+
+def label_smoothed_loss(model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, dict]:
+    model.zero_grad()
+    output_loss = lambda hidden, target: output_label_smoothed_nll(hidden, model.output.weight, target,  # noqa: E731
+                                                                  0.1, PAD_ID)
+    loss = model.loss_terms(batch, output_loss).loss_sum
+    loss.backward()
+    return loss.detach(), gradients(model)
+
+
+def concat_model():
+    return tiny_model("concat").train()
+
+
+def zhang_with_gates():  # the gated context attention in the encoder is laid out padded (not packable)
+    return zhang_model(encoder=True, decoder=True, gating=True).train()
+
+
+def zhang_ungated():
+    return zhang_model(encoder=True, decoder=True, gating=False).train()
+
+
+def pas_model():  # the stack's memories: "[CLS] previous [SEP] current [SEP]" rows of the MiniLM
+    return build_pas().train()
+
+
+def pas_batch():
+    batch = stream_batch(WordPieceVocab.from_pretrained(MINILM))
+    batch["tgt_out"] = torch.tensor([[10, 11, 12, EOS_ID], [13, EOS_ID, PAD_ID, PAD_ID]])
+    return batch
+
+
+ARCHS = {
+    "concat": (concat_model, lambda: random_batch([4, 2, 6, 3], [3, 5, 2, 4], ctx_lengths=[0, 7, 3, 9])),
+    "zhang_gated": (zhang_with_gates, lambda: random_batch([4, 2, 6, 3], [3, 5, 2, 4], ctx_lengths=[0, 7, 3, 9])),
+    "zhang_ungated": (zhang_ungated, lambda: random_batch([4, 2, 6, 3], [3, 5, 2, 4], ctx_lengths=[0, 7, 3, 9])),
+    "flat": (lambda: flat_model().train(), flat_batch),
+    "lifeng_coattn": (lambda: coattn_model().train(), coattn_batch),
+    "pas": (pas_model, pas_batch),
+}
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_context_models_train_and_translate_the_same_packed(monkeypatch, arch):
+    build, make_batch = ARCHS[arch]
+    batch = make_batch()
+    assert_same_training(*run_twice(monkeypatch, lambda: label_smoothed_loss(build(), batch)))
+    packed, padded = run_twice(monkeypatch, lambda: beam_search(build().eval(), batch, beam=3))
+    assert packed == padded
+
+
+def test_a_transformer_batch_without_padding_stays_padded(monkeypatch):
+    """The sentence rows of a bucketed batch are nearly all tokens: below MIN_PADDING_SHARE nothing packs."""
+    calls = []
+    original = Packing.pack
+    monkeypatch.setattr(Packing, "pack", lambda self, x: calls.append(x.shape) or original(self, x))
+    model = tiny_model("transformer").train()
+    label_smoothed_loss(model, random_batch([5, 5, 5, 5], [3, 4, 2, 4]))
+    assert calls == [] and packing_module.MIN_PADDING_SHARE > 0
+    label_smoothed_loss(model, random_batch([9, 2, 2, 3], [3, 4, 2, 4]))
+    assert calls  # 20 of 40 positions padded: the encoder packs
