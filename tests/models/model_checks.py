@@ -77,3 +77,35 @@ def sinusoid(length: int, d_model: int) -> Tensor:
     rows = [[math.sin(t * 10000 ** (-i / (half - 1))) for i in range(half)]
             + [math.cos(t * 10000 ** (-i / (half - 1))) for i in range(half)] for t in range(length)]
     return torch.tensor(rows)
+
+
+def assert_packing_changes_nothing(build, batch: dict[str, Tensor], monkeypatch) -> None:
+    """A model from `build()` trains (loss and every gradient, dropout on) and translates (beam 3) `batch`
+    the same with every padded batch packed as with none (`nn/packing.py`), from the same random state."""
+    from lightning_docmt.inference.decoding import beam_search
+    from lightning_docmt.nn import packing
+    from lightning_docmt.nn.output_loss import output_label_smoothed_nll
+
+    def train_pass():
+        model = build().train()
+        terms = model.loss_terms(batch, lambda hidden, target: output_label_smoothed_nll(
+            hidden, model.output.weight, target, 0.1, PAD_ID))
+        terms.loss_sum.backward()
+        grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+        return terms.loss_sum.detach(), grads
+
+    def both(compute):
+        results = []
+        for share in (0.0, math.inf):  # every batch packs / none does
+            monkeypatch.setattr(packing, "MIN_PADDING_SHARE", share)
+            torch.manual_seed(11)
+            results.append(compute())
+        return results
+
+    (packed_loss, packed_grads), (padded_loss, padded_grads) = both(train_pass)
+    torch.testing.assert_close(packed_loss, padded_loss, rtol=1e-5, atol=1e-5)
+    assert packed_grads.keys() == padded_grads.keys() and padded_grads
+    for name, grad in padded_grads.items():
+        torch.testing.assert_close(packed_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+    packed, padded = both(lambda: beam_search(build().eval(), batch, beam=3))
+    assert packed == padded

@@ -31,6 +31,7 @@ from lightning_docmt.training import stages
 from tests.helpers.cli_run import docmt, run_dir_of
 from tests.helpers.corpus_fixtures import english_documents, write_jsonl
 from tests.helpers.run_env import single_process_run_env
+from tests.models.model_checks import assert_packing_changes_nothing
 
 MINILM = "minilm"
 PREV, CUR, NEXT = ("The quick brown fox jumps over the lazy dog.", "It sleeps under the old tree.",
@@ -288,3 +289,10 @@ def test_rows_that_append_a_block_share_the_stages_before_it(table, shared, monk
         sent = stages.stage_key(stages.stage_config(cfg, "sent"), "sent", "")
         keys[row] = (sent, stages.stage_key(stages.stage_config(cfg, "stack"), "stack", sent))
     assert len(set(keys.values())) == 1, keys
+
+
+def test_packed_stream_memories_change_nothing(vocab, monkeypatch):
+    """The stack's keys and values come from the stream rows' real positions only."""
+    batch = stream_batch(vocab)
+    batch["tgt_out"] = torch.tensor([[10, 11, 12, EOS_ID], [13, EOS_ID, PAD_ID, PAD_ID]])
+    assert_packing_changes_nothing(build, batch, monkeypatch)

@@ -36,6 +36,7 @@ from tests.helpers.stage_fits import tiny_config
 from tests.models.model_checks import (
     assert_beam_scores_are_log_probs_and_batching_invisible,
     assert_incremental_matches_full,
+    assert_packing_changes_nothing,
     assert_padding_and_batching_invisible,
     sinusoid,
 )
@@ -409,3 +410,7 @@ def test_a_tiny_fit_trains_tests_and_translates(tmp_path, monkeypatch):
         assert outcome.code == 0, outcome.err
         [row] = [json.loads(line) for line in Path("out.jsonl").read_text(encoding="utf-8").splitlines()]
         assert row["doc_id"] == "d" and len(row["hyp"]) == 3
+
+
+def test_packed_rows_change_nothing(monkeypatch):
+    assert_packing_changes_nothing(flat_model, doc_batch(), monkeypatch)

@@ -41,6 +41,7 @@ from tests.helpers.stage_fits import fit_then_resume, tiny_config
 from tests.models.model_checks import (
     assert_beam_scores_are_log_probs_and_batching_invisible,
     assert_incremental_matches_full,
+    assert_packing_changes_nothing,
     assert_padding_and_batching_invisible,
 )
 
@@ -430,3 +431,7 @@ def line_pieces(run, text: str) -> list[str]:
     from lightning_docmt.inference.loaded_model import load_checkpoint
     vocab = load_checkpoint(run / "coattn" / "checkpoints" / "last.ckpt").src_vocab
     return [vocab.piece(i) for i in vocab.encode(text)]
+
+
+def test_packed_context_sentences_change_nothing(monkeypatch):
+    assert_packing_changes_nothing(coattn_model, doc_batch(), monkeypatch)

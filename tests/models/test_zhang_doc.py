@@ -31,6 +31,7 @@ from tests.helpers.model_inputs import SIZES, VOCAB, random_batch
 from tests.models.model_checks import (
     assert_beam_scores_are_log_probs_and_batching_invisible,
     assert_incremental_matches_full,
+    assert_packing_changes_nothing,
     assert_padding_and_batching_invisible,
     sinusoid,
 )
@@ -381,3 +382,9 @@ def test_context_is_encoded_once_per_search():
 
 def test_beam_search_scores_are_the_models_log_probs_and_batching_is_invisible():
     assert_beam_scores_are_log_probs_and_batching_invisible(zhang_model(), search_batch())
+
+
+@pytest.mark.parametrize("gating", [True, False])
+def test_packed_context_rows_change_nothing(monkeypatch, gating):
+    """The context encoder packs; a gated context attention in the encoder is laid out padded."""
+    assert_packing_changes_nothing(lambda: zhang_model(gating=gating), doc_batch(), monkeypatch)
