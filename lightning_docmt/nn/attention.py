@@ -180,6 +180,11 @@ class MultiHeadAttention(nn.Module):
         key, value = self.project_memory(memory, packing)
         return AttentionCache(key, value, static=True)
 
+    def memory_cache(self, memory: AttentionMemory) -> AttentionCache:
+        """`static_cache` of a cross-attention memory, from its real positions when its padding packs
+        (`AttentionMemory.packing`): what a cross-attention sublayer reads, in training and decoding."""
+        return self.static_cache(memory.states, memory.packing)
+
     def forward(self, query: Tensor, memory: Optional[Tensor] = None, mask: Optional[Tensor] = None,
                 causal: bool = False, cache: Optional[AttentionCache] = None,
                 packing: Optional[Packing] = None) -> Tensor:

@@ -124,8 +124,7 @@ class CrossAttention(nn.Module):
         self.memory = memory
 
     def new_cache(self, inputs: LayerInputs) -> AttentionCache:
-        memory = inputs.memories[self.memory]
-        return self.attn.static_cache(memory.states, memory.packing)
+        return self.attn.memory_cache(inputs.memories[self.memory])
 
     def forward(self, x: Tensor, inputs: LayerInputs, cache: Optional[AttentionCache] = None) -> Tensor:
         if cache is None:

@@ -38,7 +38,6 @@ MIN_PADDING_SHARE = 0.15
 what packing saves per architecture, `--padded`)."""
 
 
-
 @contextmanager
 def padded_batches() -> Iterator[None]:
     """Run with every batch padded, as without packing (e.g. to measure what packing saves)."""

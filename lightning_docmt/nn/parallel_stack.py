@@ -57,8 +57,7 @@ class AttnBlock(nn.Module):
     def new_cache(self, inputs: LayerInputs) -> AttentionCache:
         """The memory's keys and values, projected once for every decoding step (in training once per
         forward pass), from its real positions when its padding packs (`AttentionMemory.packing`)."""
-        memory = inputs.memories[self.memory]
-        return self.attn.static_cache(memory.states, memory.packing)
+        return self.attn.memory_cache(inputs.memories[self.memory])
 
     def forward(self, query: Tensor, inputs: LayerInputs, cache: Optional[AttentionCache] = None) -> Tensor:
         """query (B, T, D) -> (B, T, D)."""

@@ -79,11 +79,36 @@ def sinusoid(length: int, d_model: int) -> Tensor:
     return torch.tensor(rows)
 
 
+def packed_and_padded(compute, monkeypatch) -> list:
+    """`compute()` with every padded batch packed and with none (`nn/packing.py`), each from the same
+    random state: [packed result, padded result]."""
+    from lightning_docmt.nn import packing
+
+    results = []
+    for share in (0.0, math.inf):  # every batch packs / none does
+        monkeypatch.setattr(packing, "MIN_PADDING_SHARE", share)
+        torch.manual_seed(11)
+        results.append(compute())
+    return results
+
+
+def gradients(model: torch.nn.Module) -> dict[str, Tensor]:
+    """Every parameter's gradient by name (the parameters that have one)."""
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_same_training(packed: tuple[Tensor, dict], padded: tuple[Tensor, dict]) -> None:
+    """(loss or output, gradients by name) of a packed and a padded pass: equal to float rounding."""
+    torch.testing.assert_close(packed[0], padded[0], rtol=1e-5, atol=1e-5)
+    assert packed[1].keys() == padded[1].keys() and padded[1]
+    for name, grad in padded[1].items():
+        torch.testing.assert_close(packed[1][name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
 def assert_packing_changes_nothing(build, batch: dict[str, Tensor], monkeypatch) -> None:
     """A model from `build()` trains (loss and every gradient, dropout on) and translates (beam 3) `batch`
-    the same with every padded batch packed as with none (`nn/packing.py`), from the same random state."""
+    the same with every padded batch packed as with none (`packed_and_padded`)."""
     from lightning_docmt.inference.decoding import beam_search
-    from lightning_docmt.nn import packing
     from lightning_docmt.nn.output_loss import output_label_smoothed_nll
 
     def train_pass():
@@ -91,21 +116,8 @@ def assert_packing_changes_nothing(build, batch: dict[str, Tensor], monkeypatch)
         terms = model.loss_terms(batch, lambda hidden, target: output_label_smoothed_nll(
             hidden, model.output.weight, target, 0.1, PAD_ID))
         terms.loss_sum.backward()
-        grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
-        return terms.loss_sum.detach(), grads
+        return terms.loss_sum.detach(), gradients(model)
 
-    def both(compute):
-        results = []
-        for share in (0.0, math.inf):  # every batch packs / none does
-            monkeypatch.setattr(packing, "MIN_PADDING_SHARE", share)
-            torch.manual_seed(11)
-            results.append(compute())
-        return results
-
-    (packed_loss, packed_grads), (padded_loss, padded_grads) = both(train_pass)
-    torch.testing.assert_close(packed_loss, padded_loss, rtol=1e-5, atol=1e-5)
-    assert packed_grads.keys() == padded_grads.keys() and padded_grads
-    for name, grad in padded_grads.items():
-        torch.testing.assert_close(packed_grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
-    packed, padded = both(lambda: beam_search(build().eval(), batch, beam=3))
+    assert_same_training(*packed_and_padded(train_pass, monkeypatch))
+    packed, padded = packed_and_padded(lambda: beam_search(build().eval(), batch, beam=3), monkeypatch)
     assert packed == padded

@@ -16,11 +16,15 @@ from lightning_docmt.nn.layers import LayerInputs, TransformerStack, cross_atten
 from lightning_docmt.nn.output_loss import output_label_smoothed_nll
 from lightning_docmt.nn.packing import Packing
 from tests.helpers.model_inputs import random_batch, tiny_model
-from tests.models.model_checks import assert_packing_changes_nothing
+from tests.models.model_checks import (
+    assert_packing_changes_nothing,
+    assert_same_training,
+    gradients,
+    packed_and_padded,
+)
 
 D = 16
 PAD = torch.tensor([[False] * 6, [False] * 2 + [True] * 4, [True] * 6, [False] * 5 + [True]])  # (3 + 1, 6)
-PACK_ALWAYS, PACK_NEVER = 0.0, 2.0  # MIN_PADDING_SHARE settings: every batch packs / none does
 
 
 def test_pack_keeps_the_real_positions_row_by_row_and_unpack_puts_them_back_with_zeros_between():
@@ -59,27 +63,6 @@ def test_only_a_cpu_batch_padded_enough_packs(monkeypatch):
     assert Packing.of_mask(torch.ones(4, 1, 6, 6, dtype=torch.bool), x) is None  # not a key mask
 
 
-def run_twice(monkeypatch, compute):
-    """`compute()` with every batch packed and with none, from the same random state."""
-    results = []
-    for share in (PACK_ALWAYS, PACK_NEVER):
-        monkeypatch.setattr(packing_module, "MIN_PADDING_SHARE", share)
-        torch.manual_seed(11)
-        results.append(compute())
-    return results
-
-
-def gradients(model: nn.Module) -> dict[str, Tensor]:
-    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-
-
-def assert_same_training(packed: tuple[Tensor, dict], padded: tuple[Tensor, dict]) -> None:
-    torch.testing.assert_close(packed[0], padded[0], rtol=1e-5, atol=1e-5)
-    assert packed[1].keys() == padded[1].keys() and packed[1]
-    for name in padded[1]:
-        torch.testing.assert_close(packed[1][name], padded[1][name], rtol=1e-4, atol=1e-5, msg=name)
-
-
 @pytest.mark.parametrize("pre_norm", [False, True])
 def test_a_packed_encoder_with_dropout_computes_and_trains_as_the_padded_one(monkeypatch, pre_norm):
     cfg = ModelConfig(d_model=D, heads=2, ffn_dim=32, dropout=0.3, attn_dropout=0.2, relu_dropout=0.3,
@@ -99,8 +82,7 @@ def test_a_packed_encoder_with_dropout_computes_and_trains_as_the_padded_one(mon
         (out[~PAD] ** 2).sum().backward()
         return out, gradients(stack)
 
-    packed, padded = run_twice(monkeypatch, compute)
-    torch.testing.assert_close(packed[0][~PAD], padded[0][~PAD], rtol=1e-5, atol=1e-5)
+    packed, padded = packed_and_padded(compute, monkeypatch)
     assert torch.equal(packed[0][PAD], torch.zeros(int(PAD.sum()), D))
     assert_same_training((packed[0][~PAD], packed[1]), (padded[0][~PAD], padded[1]))
 
