@@ -14,9 +14,11 @@ export TOKENIZERS_PARALLELISM := false
 
 # The suite runs on one pytest-xdist worker per core (training tests use one torch thread each, see
 # tests/helpers/run_env.py), and prints its 15 slowest tests so that CI shows where its time goes.
-# `make test TEST_WORKERS=0` runs it in one process.
+# Each test module runs whole in one worker (its trained fixtures built once), the longest modules
+# first (tests/helpers/scheduling.py; xdist's own reordering off). `make test TEST_WORKERS=0` runs
+# it in one process.
 TEST_WORKERS ?= auto
-PYTEST_PARALLEL := -n $(TEST_WORKERS) --durations=15
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 .PHONY: demo test test-fast lint bench setup clean
 

@@ -1,5 +1,6 @@
 """Fixtures shared by tests in more than one folder: pytest finds them here, no test imports them;
-and the check that every test which fits a model or starts a process carries its marker.
+the check that every test which fits a model or starts a process carries its marker; and the order
+in which the suite is spread over pytest-xdist workers (tests/helpers/scheduling.py).
 
 Fixtures used by the tests of one folder only live in that folder's own module (or conftest.py).
 The heavy imports (Lightning, the models) happen inside the fixtures, so that a run of a few
@@ -20,6 +21,7 @@ import torch
 
 from lightning_docmt.config.registry import ARCHS, ArchEntry
 from tests.helpers import stand_in_archs as stand_ins
+from tests.helpers.scheduling import longest_first
 
 
 @pytest.fixture(scope="module")
@@ -102,3 +104,10 @@ def pytest_runtest_setup(item: pytest.Item):
 def pytest_runtest_call(item: pytest.Item):
     with _unmarked_tests_neither_fit_nor_spawn(item):
         return (yield)
+
+
+# ------------------------------------------------ the order of the tests over xdist workers
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    longest_first(items)
