@@ -1,7 +1,8 @@
 """Paired significance tests of corpus BLEU with sacreBLEU's own `sacrebleu.significance` module.
 
 - `paired_test`: one system against a baseline on the same references, by paired bootstrap
-  resampling ("bs", Koehn 2004) or paired approximate randomization ("ar", Riezler & Maxwell 2005).
+  resampling ("bs", Koehn 2004) or paired approximate randomization ("ar", Riezler & Maxwell 2005);
+  `paired_tests`: several systems against one baseline at once, with the same p-values.
 - `significance_mark`: the table mark of a cell run with several seeds: "↑" / "↓" only when the
   difference is significant, in the same direction, in every seed (as Yamagishi & Komachi do).
 
@@ -13,7 +14,7 @@ says which one is better.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -71,25 +72,37 @@ def paired_test(baseline_hyps: Sequence[str], system_hyps: Sequence[str], refs: 
     environment variable `SACREBLEU_SEED`, so it is set while the test is built and run (not
     thread-safe), and it treats seed 0 as "no seed", so the seed must be positive.
     """
-    if not len(baseline_hyps) == len(system_hyps) == len(refs):
-        raise ValueError(f"{len(baseline_hyps)} baseline hypotheses, {len(system_hyps)} system "
-                         f"hypotheses and {len(refs)} references: the paired test needs one of "
-                         "each per sentence")
+    return paired_tests(baseline_hyps, {"system": system_hyps}, refs, tokenize=tokenize, lowercase=lowercase,
+                        method=method, n_samples=n_samples, seed=seed)["system"]
+
+
+def paired_tests(baseline_hyps: Sequence[str], systems: Mapping[str, Sequence[str]], refs: Sequence[str], *,
+                 tokenize: str = "13a", lowercase: bool = False, method: str = "bs",
+                 n_samples: int = 1000, seed: int = 12345) -> dict[str, PairedResult]:
+    """`paired_test` of each of `systems` (name -> hypotheses) against one baseline, in one sacreBLEU
+    `PairedTest`: the references' statistics (cached by the metric) and the baseline's are computed
+    once, not once per system. Each system's p-value is the one `paired_test` gives it alone:
+    sacreBLEU seeds each system's resampling afresh with the same seed."""
     if not refs:
         raise ValueError("no sentences to test")
+    for name, hyps in systems.items():
+        if not len(baseline_hyps) == len(hyps) == len(refs):
+            raise ValueError(f"{len(baseline_hyps)} baseline hypotheses, {len(hyps)} hypotheses of {name!r} "
+                             f"and {len(refs)} references: the paired test needs one of each per sentence")
     if method not in METHODS:
         raise ValueError(f"unknown test method {method!r}; expected one of {', '.join(METHODS)}")
     if n_samples < 1 or seed < 1:
         raise ValueError(f"n_samples and seed must be positive, got {n_samples} and {seed}")
-    metric = BLEU(tokenize=tokenize, lowercase=lowercase)
+    metric = BLEU(tokenize=tokenize, lowercase=lowercase, references=[list(refs)])
     with _sacrebleu_seed(seed):
         signatures, scores = PairedTest(
-            [("baseline", list(baseline_hyps)), ("system", list(system_hyps))],
-            {"BLEU": metric}, references=[list(refs)], test_type=method, n_samples=n_samples)()
-    baseline, system = scores["BLEU"]
-    p_value = 1.0 if system.score == baseline.score else float(system.p_value)
-    return PairedResult(baseline=float(baseline.score), system=float(system.score),
-                        p_value=p_value, method=method, signature=str(signatures["BLEU"]))
+            [("baseline", list(baseline_hyps)), *((name, list(hyps)) for name, hyps in systems.items())],
+            {"BLEU": metric}, references=None, test_type=method, n_samples=n_samples)()
+    baseline, *results = scores["BLEU"]
+    return {name: PairedResult(baseline=float(baseline.score), system=float(system.score),
+                               p_value=1.0 if system.score == baseline.score else float(system.p_value),
+                               method=method, signature=str(signatures["BLEU"]))
+            for name, system in zip(systems, results)}
 
 
 def significance_mark(p_values_per_seed: Sequence[float], deltas_per_seed: Sequence[float],

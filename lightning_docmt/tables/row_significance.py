@@ -13,12 +13,12 @@ a result.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from omegaconf import OmegaConf
 
 from lightning_docmt.data.languages import bleu_tokenizer
-from lightning_docmt.evaluation.paired_tests import paired_test, significance_mark
+from lightning_docmt.evaluation.paired_tests import paired_tests, significance_mark
 from lightning_docmt.line_files import read_lines
 from lightning_docmt.tables.summaries import RowSummary, RunRecord
 
@@ -34,28 +34,44 @@ class RowSignificance:
         return significance_mark(self.p_values, self.deltas)
 
 
-def paired_against(baseline: RunRecord, record: RunRecord) -> tuple[float, float]:
-    """(p-value, BLEU delta) of `record`'s test (or valid) hypotheses against `baseline`'s."""
-    cfg = OmegaConf.load(record.run_dir / "config.yaml")
-    split = cfg.data.get("report_split", "test")
-    refs = read_lines(record.run_dir / f"{split}.ref.txt")
-    if read_lines(baseline.run_dir / f"{split}.ref.txt") != refs:
-        raise ValueError(f"{record.run_dir} and {baseline.run_dir} were tested on different references")
-    result = paired_test(read_lines(baseline.run_dir / f"{split}.hyp.txt"),
-                         read_lines(record.run_dir / f"{split}.hyp.txt"),
-                         refs, tokenize=bleu_tokenizer(cfg.eval, cfg.data), lowercase=cfg.eval.lowercase)
-    return result.p_value, result.delta
+def tested_against(baseline: RunRecord, records: Mapping[str, RunRecord]) -> dict[str, tuple[float, float]]:
+    """Per row, (p-value, BLEU delta) of its record's test (or valid) hypotheses against
+    `baseline`'s, the records of one seed. Records whose runs score BLEU alike (split, tokenizer,
+    case) are tested in one `paired_tests` call: the references and the baseline are scored once."""
+    settings: dict[tuple[str, str, bool], dict[str, RunRecord]] = {}
+    for row, record in records.items():
+        cfg = OmegaConf.load(record.run_dir / "config.yaml")
+        split = cfg.data.get("report_split", "test")
+        key = (split, bleu_tokenizer(cfg.eval, cfg.data), bool(cfg.eval.lowercase))
+        settings.setdefault(key, {})[row] = record
+    out: dict[str, tuple[float, float]] = {}
+    for (split, tokenize, lowercase), alike in settings.items():
+        refs = read_lines(baseline.run_dir / f"{split}.ref.txt")
+        for record in alike.values():
+            if read_lines(record.run_dir / f"{split}.ref.txt") != refs:
+                raise ValueError(f"{record.run_dir} and {baseline.run_dir} were tested on different references")
+        results = paired_tests(read_lines(baseline.run_dir / f"{split}.hyp.txt"),
+                               {row: read_lines(record.run_dir / f"{split}.hyp.txt") for row, record in alike.items()},
+                               refs, tokenize=tokenize, lowercase=lowercase)
+        out.update({row: (result.p_value, result.delta) for row, result in results.items()})
+    return out
 
 
 def row_significance(summaries: Sequence[RowSummary], baseline: str) -> dict[str, RowSignificance]:
     """Per row other than `baseline`, its tests against the baseline over their common finished seeds."""
     base = {r.seed: r for s in summaries if s.row.name == baseline for r in s.records if r.succeeded}
+    per_seed: dict[int, dict[str, RunRecord]] = {}
+    for summary in summaries:
+        if summary.row.name != baseline:
+            for r in summary.records:
+                if r.succeeded and r.seed in base:
+                    per_seed.setdefault(r.seed, {})[summary.row.name] = r
+    tested = {(row, seed): outcome for seed, records in per_seed.items()
+              for row, outcome in tested_against(base[seed], records).items()}
     out: dict[str, RowSignificance] = {}
     for summary in summaries:
-        if summary.row.name == baseline:
-            continue
-        tests = [(*paired_against(base[r.seed], r), r.seed) for r in summary.records
-                 if r.succeeded and r.seed in base]
+        tests = [(*tested[(summary.row.name, r.seed)], r.seed) for r in summary.records
+                 if (summary.row.name, r.seed) in tested]
         if tests:
             p_values, deltas, seeds = zip(*tests)
             out[summary.row.name] = RowSignificance(p_values, deltas, seeds)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from lightning_docmt.evaluation.paired_tests import paired_test, significance_mark
+from lightning_docmt.evaluation.paired_tests import paired_test, paired_tests, significance_mark
 
 N_SENTENCES = 150
 VOCAB = [f"word{i}" for i in range(200)]
@@ -53,6 +53,26 @@ def test_same_quality_system_is_not_significant(corpus, method):
                          method=method)
     assert result.delta != 0
     assert result.p_value >= 0.05
+
+
+@pytest.mark.parametrize("method", ["bs", "ar"])
+def test_several_systems_tested_at_once_get_the_results_of_their_tests_alone(corpus, method):
+    """A table tests every row of a seed against the baseline in one call (references and baseline
+    scored once); each row must get the p-value and scores of its own test."""
+    systems = {name: corpus[name] for name in ("better", "same_quality")}
+    together = paired_tests(corpus["baseline"], {**systems, "baseline_again": list(corpus["baseline"])},
+                            corpus["refs"], method=method)
+    assert list(together) == ["better", "same_quality", "baseline_again"]
+    for name, hyps in systems.items():
+        assert together[name] == paired_test(corpus["baseline"], hyps, corpus["refs"], method=method)
+    assert together["better"].p_value < 0.05 <= together["same_quality"].p_value
+    assert together["baseline_again"].p_value == 1.0
+
+
+def test_a_system_of_another_length_is_named(corpus):
+    with pytest.raises(ValueError, match="'short'"):
+        paired_tests(corpus["baseline"], {"better": corpus["better"], "short": corpus["better"][:-1]},
+                     corpus["refs"])
 
 
 def test_clearly_better_system_is_significant_in_both_methods_and_directions(corpus):
@@ -127,7 +147,7 @@ def test_lowercase_ignores_a_case_only_difference(corpus, method):
 
 def test_length_mismatch_and_bad_arguments_raise(corpus):
     refs = corpus["refs"][:3]
-    with pytest.raises(ValueError, match="3 baseline hypotheses, 2 system hypotheses and 3 ref"):
+    with pytest.raises(ValueError, match="3 baseline hypotheses, 2 hypotheses of 'system' and 3 ref"):
         paired_test(corpus["baseline"][:3], corpus["better"][:2], refs)
     with pytest.raises(ValueError, match="2 references"):
         paired_test(corpus["baseline"][:3], corpus["better"][:3], refs[:2])
