@@ -18,7 +18,6 @@ from tests.helpers.run_env import subprocess_env
 pytestmark = pytest.mark.subprocess
 
 
-
 def make_test_spread() -> tuple[str, ...]:
     """The Makefile's PYTEST_PARALLEL, at two workers."""
     line = next(line for line in (REPO / "Makefile").read_text().splitlines() if line.startswith("PYTEST_PARALLEL :="))
