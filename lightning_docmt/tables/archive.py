@@ -109,10 +109,11 @@ def rebuild_report(table_path: str | Path, archive_dir: str | Path) -> TableOutc
     for row, row_seeds in sorted(seeds_of.items()):
         rows_by_seeds.setdefault(tuple(sorted(row_seeds)), []).append(row)
     outcome = None
-    for seed_set, rows in sorted(rows_by_seeds.items(), key=lambda item: len(item[0])):  # most seeds last
+    groups = sorted(rows_by_seeds.items(), key=lambda item: len(item[0]))  # most seeds last
+    for i, (seed_set, rows) in enumerate(groups):  # the report, once: with the last group's seeds
         outcome = run_table(table_path, rows=",".join(rows), seeds=list(seed_set),
                             run_row=_refuse_training, results_dir=archive_dir,
-                            cli_overrides=["logging.wandb=false"])
+                            cli_overrides=["logging.wandb=false"], write_report=i == len(groups) - 1)
     return outcome
 
 

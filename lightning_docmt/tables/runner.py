@@ -134,8 +134,9 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
               seeds: Sequence[int] | None = None, profile: str | None = None,
               cli_overrides: Sequence[str] = (), run_row: RunRow | None = None,
               results_dir: str | Path = "results", dry_run: bool = False,
-              preface: str = "", device: str | None = None) -> TableOutcome:
-    """Run the selected rows for each seed, skip finished runs, then write the table report.
+              preface: str = "", device: str | None = None, write_report: bool = True) -> TableOutcome:
+    """Run the selected rows for each seed, skip finished runs, then write the table report
+    (unless `write_report` is false: a caller that runs the table in parts reports once, at the end).
 
     Seeds: `seeds`, else the table's `seeds:`, else each row's own `train.seed`. `device`: every
     row trains on that one device (`docmt table --device`, `inference/device.with_device`). The report covers
@@ -176,7 +177,7 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
         progress(f"{table.id}: {note}")
     order = {row.name: i for i, row in enumerate(table.rows)}
     records = sorted(execute_plan(plan, run_row) + failed, key=lambda r: order[r.row])  # table order
-    if not is_global_zero():
+    if not write_report or not is_global_zero():
         return TableOutcome(table=table, records=records)
     out_dir = Path(results_dir) / table.id
     out_dir.mkdir(parents=True, exist_ok=True)

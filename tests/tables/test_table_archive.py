@@ -109,3 +109,21 @@ def test_docmt_archive_prints_the_runs_and_refuses_an_empty_selection(table_file
     assert empty.code == 2
     assert len(empty.err.strip().splitlines()) == 1 and "no finished run" in empty.err
     assert "sig.yaml" in empty.err
+
+
+def test_a_rebuilt_report_covers_rows_of_different_seeds_and_is_written_once(table_file, results, tmp_path,
+                                                                            monkeypatch):
+    """Rows archived with different seeds are checked a seed set at a time (nothing trains), and the
+    costly report (significance, figures) is written once, covering them all."""
+    import lightning_docmt.tables.runner as runner
+
+    to = tmp_path / "measured"
+    archive.archive_table(table_file, results, to, rows="baseline,worse")
+    archive.archive_table(table_file, results, to, rows="better", seeds=[1])
+    written = []
+    monkeypatch.setattr(runner, "write_markdown", lambda *a, **k: written.append(a[2]) or a[2])
+    outcome = archive.rebuild_report(table_file, to)
+    assert written == [to / "unit.sig" / "table.md"]
+    reported = {(s.row.name, r.seed) for s in outcome.results.summaries for r in s.records}
+    assert reported == {("better", 1), ("baseline", 1), ("baseline", 2), ("worse", 1), ("worse", 2)}
+    assert set(outcome.results.tested) == {"better", "worse"}
