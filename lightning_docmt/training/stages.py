@@ -21,7 +21,7 @@ from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing, matche
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.config.pretrained_files import pretrained_dir, weights_digest
 from lightning_docmt.config.registry import get_arch, model_config
-from lightning_docmt.config.schema import ContextConfig, RunConfig, inert_keys
+from lightning_docmt.config.schema import ContextConfig, inert_keys
 from lightning_docmt.data.splits import mixed_corpus
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
@@ -74,7 +74,7 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     container["context"]["streams"] = {n: s for n, s in (container["context"].get("streams") or {}).items()
                                        if n in read}
     container["model"]["arch"] = arch
-    scfg = OmegaConf.structured(RunConfig(model=config_class(arch=arch)))
+    scfg = config_lib.schema_defaults(arch)
     scfg.merge_with(container)
     return scfg
 

@@ -5,6 +5,7 @@ layer counts); plain run configs there compose too."""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from lightning_docmt.config.composition import compose
 from lightning_docmt.config.pretraining import is_pretraining_file, load_pretrain_config, output_dir
 from lightning_docmt.config.registry import import_all_archs
 from lightning_docmt.config.yaml_file import YamlFile
-from lightning_docmt.tables.spec import compose_row, is_grid_file, is_table_file, load_table
+from lightning_docmt.tables.spec import Table, compose_row, is_grid_file, is_table_file, load_table
 from lightning_docmt.training.stages import check_stages
 from tests.helpers.experiment_files import EXPERIMENTS, experiment_files
 
@@ -21,13 +22,20 @@ from tests.helpers.experiment_files import EXPERIMENTS, experiment_files
 def experiment_cases() -> list[tuple[Path, str | None]]:
     cases: list[tuple[Path, str | None]] = []
     for path in experiment_files():
-        if is_grid_file(YamlFile.load(path)) or is_pretraining_file(YamlFile.load(path)):
+        file = YamlFile.load(path)
+        if is_grid_file(file) or is_pretraining_file(file):
             continue  # a grid's part tables are table files here too; pretraining files: below
-        if is_table_file(YamlFile.load(path)):
-            cases += [(path, row.name) for row in load_table(path).rows]
+        if is_table_file(file):
+            cases += [(path, row.name) for row in table_of(path).rows]
         else:
             cases.append((path, None))
     return cases
+
+
+@cache
+def table_of(path: Path) -> Table:
+    """The table file, loaded once for its rows x profiles (compose_row only reads it)."""
+    return load_table(path)
 
 
 def test_every_pretraining_file_loads_and_lands_in_its_own_directory():
@@ -48,7 +56,7 @@ def test_experiment_composes(path, row, profile):
     if row is None:
         cfg = compose(path, [], profile=profile)
     else:
-        cfg = compose_row(load_table(path), row, profile)
+        cfg = compose_row(table_of(path), row, profile)
         assert cfg.logging.name == row
     assert cfg.model.arch in import_all_archs()
     if profile in (None, "tiny"):  # parameter names do not depend on sizes beyond layer counts
