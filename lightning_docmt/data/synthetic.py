@@ -21,6 +21,13 @@ its noun in the target, and for two context-dependent words:
   model needs before a context model on top of it can use a cue read from the context (Zhang et al.
   2018's two-step training; tests/learning/test_learning.py). The pronoun phenomenon has its in-sentence
   analogue built in: the article `le|la` agrees with the noun in the introduction sentence.
+  Option `gendered_articles=1` gives the source that agreement too: an introduction sentence says
+  `thi NOUN` (masculine) or `tha NOUN` (feminine) instead of `the NOUN`, so the antecedent sentence
+  states the gender in a word of its own, as a sense cue states the topic. A model whose context
+  features come from encoders apart from the Transformer (Donato et al. 2021's frozen stack) can
+  only learn a made-up noun's arbitrary target gender noun by noun from pronoun sentences; with the
+  marked article it has one word pair to read (docs/papers/donato2021.md section 8). The pronoun
+  sentence stays unmarked, so the context-free bounds below do not change.
 
 Sentences are 5-12 tokens: `[then] SUBJECT VERB [very] ADV (TIME | near CUE) [and VERB ADV] .`, with
 the optional parts drawn independently of everything else.
@@ -46,10 +53,11 @@ Corpus names (`synthetic:NAME` specs): a preset, optionally with options as a qu
 
 Options: `docs` (train documents), `valid_docs`, `test_docs`, `sentences` (instead of `docs`: make
 train documents until they hold at least this many sentences), `min_len` / `max_len` (sentences per
-document, default 8 / 16), `topics` (2-8, default 2), `local_cues` (0-100, default 0), `seed`
-(default 1). Example: `synthetic:small?docs=5000&seed=3`, `synthetic:big?sentences=2000000`. Each
-split is drawn from its own random stream (seeded by `seed` and the split name), so the valid and
-test documents do not depend on the train size.
+document, default 8 / 16), `topics` (2-8, default 2), `local_cues` (0-100, default 0),
+`gendered_articles` (0 or 1, default 0), `seed` (default 1). Example:
+`synthetic:small?docs=5000&seed=3`, `synthetic:big?sentences=2000000`. Each split is drawn from its
+own random stream (seeded by `seed` and the split name), so the valid and test documents do not
+depend on the train size.
 """
 
 from __future__ import annotations
@@ -87,6 +95,7 @@ PRESETS: dict[str, dict[str, int]] = {
 P_PRONOUN, P_SENSE = 0.50, 0.35
 P_THEN, P_VERY, P_ADJ, P_TAIL = 0.25, 0.25, 0.5, 0.25
 PRONOUNS = {"m": "il", "f": "elle"}
+GENDERED_ARTICLES = {"m": "thi", "f": "tha"}  # source articles under `gendered_articles=1`
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,7 @@ class SyntheticConfig:
     max_len: int = 16
     topics: int = 2
     local_cues: int = 0  # percent of sense sentences that hold their own topic cue
+    gendered_articles: int = 0  # 1: the source article of an introduction sentence marks the gender
     seed: int = 1
 
 
@@ -130,6 +140,7 @@ def parse_name(name: str) -> SyntheticConfig:
          f"need {MAX_DISTANCE + 1} <= min_len <= max_len"),
         (2 <= config.topics <= MAX_TOPICS, f"topics must be in 2..{MAX_TOPICS}"),
         (0 <= config.local_cues <= 100, "local_cues must be in 0..100 (a percentage)"),
+        (config.gendered_articles in (0, 1), "gendered_articles must be 0 or 1"),
     ]
     for ok, message in checks:
         if not ok:
@@ -155,7 +166,7 @@ class Lexicon:
         return {src: t for t, words in enumerate(self.cues) for src, _ in words}
 
 
-_SRC_FUNCTION = {"the", "it", "we", "then", "very", "and", "near"}
+_SRC_FUNCTION = {"the", *GENDERED_ARTICLES.values(), "it", "we", "then", "very", "and", "near"}
 _TGT_FUNCTION = {"le", "la", "il", "elle", "nous", "puis", "très", "et", "près", "de"}
 
 
@@ -209,8 +220,10 @@ class Item:
 class _DocumentWriter:
     """Builds one document sentence by sentence (see the module docstring for the templates)."""
 
-    def __init__(self, rng: random.Random, lexicon: Lexicon, topic: int, local_cues: int):
+    def __init__(self, rng: random.Random, lexicon: Lexicon, topic: int, local_cues: int,
+                 gendered_articles: bool):
         self.rng, self.lex, self.topic, self.local_cues = rng, lexicon, topic, local_cues
+        self.gendered_articles = gendered_articles
         self.src: list[str] = []
         self.tgt: list[str] = []
         self.items: list[Item] = []
@@ -258,11 +271,12 @@ class _DocumentWriter:
         noun_index = rng.randrange(len(lex.nouns))
         noun, gender = lex.nouns[noun_index], lex.genders[noun_index]
         article = "le" if gender == "m" else "la"
+        source_article = GENDERED_ARTICLES[gender] if self.gendered_articles else "the"
         if rng.random() < P_ADJ:
             adjective = rng.choice(lex.adjectives)
-            subject = (["the", adjective[0], noun[0]], [article, noun[1], adjective[1]])
+            subject = ([source_article, adjective[0], noun[0]], [article, noun[1], adjective[1]])
         else:
-            subject = (["the", noun[0]], [article, noun[1]])
+            subject = ([source_article, noun[0]], [article, noun[1]])
         self._sentence(subject, rng.choice(lex.verbs), self._time())
         for _ in range(distance - 1):
             self.filler()
@@ -285,7 +299,8 @@ class _DocumentWriter:
 
 def _document(rng: random.Random, lexicon: Lexicon, config: SyntheticConfig) -> _DocumentWriter:
     length = rng.randint(config.min_len, config.max_len)
-    writer = _DocumentWriter(rng, lexicon, rng.randrange(config.topics), config.local_cues)
+    writer = _DocumentWriter(rng, lexicon, rng.randrange(config.topics), config.local_cues,
+                             bool(config.gendered_articles))
     writer.filler()
     while len(writer.src) < length:
         # A phenomenon starts only where the longest episode fits, so that the distance

@@ -66,6 +66,7 @@ def test_sentences_option_sets_the_train_size():
     ("tiny?min_len=12&max_len=10", "min_len"),
     ("tiny?docs=5&sentences=100", "either docs or sentences"),
     ("tiny?local_cues=101", "local_cues must be in 0..100"),
+    ("tiny?gendered_articles=2", "gendered_articles must be 0 or 1"),
 ])
 def test_bad_names(name, match):
     with pytest.raises(DocMTInputError, match=match):
@@ -185,6 +186,31 @@ def test_local_cues_put_the_topic_cue_into_that_share_of_sense_sentences(lexicon
                 assert senses[verbs[0]][topic] in tgt.split()
     assert total > 2000
     assert abs(local / total - 0.4) < 4 * math.sqrt(0.24 / total)
+
+
+def test_gendered_articles_mark_the_antecedent_gender_in_the_source_and_change_nothing_else(lexicon):
+    """`gendered_articles=1`: every `the` of the source becomes `thi` before a masculine noun and `tha`
+    before a feminine one; every other word, the target and the suite stay as without the option."""
+    name = "tiny?docs=50&local_cues=40"
+    plain, marked = synthetic.generate(name), synthetic.generate(f"{name}&gendered_articles=1")
+    gender = dict(zip((src for src, _ in lexicon.nouns), lexicon.genders))
+    articles = Counter()
+    for before, after in zip(plain.documents, marked.documents):
+        assert after.tgt == before.tgt
+        for old, new in zip(before.src, after.src):
+            old_words, new_words = old.split(), new.split()
+            assert len(old_words) == len(new_words)
+            for i, (o, n) in enumerate(zip(old_words, new_words)):
+                if o != "the":
+                    assert n == o
+                    continue
+                noun = next(w for w in old_words[i + 1:] if w in gender)  # "the [ADJ] NOUN"
+                assert n == synthetic.GENDERED_ARTICLES[gender[noun]]
+                articles[n] += 1
+    assert articles["thi"] > 50 and articles["tha"] > 50
+    unchanged = ("id", "src", "tgt_context", "candidates", "label", "phenomenon")  # not the source context
+    suites = [synthetic.contrastive_suite(n) for n in (name, f"{name}&gendered_articles=1")]
+    assert [[e[k] for k in unchanged] for e in suites[0]] == [[e[k] for k in unchanged] for e in suites[1]]
 
 
 def test_candidates_differ_only_in_the_context_dependent_word(suite):
