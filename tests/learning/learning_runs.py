@@ -21,6 +21,10 @@ LR = 3e-3  # the first stage's peak lr; every later stage's is the table's ratio
 LIFENG_TABLE = ("lifeng2019/t2_main.yaml", "coattn_bpe")
 RNN_TABLE = ("yamagishi/t2_de_en.yaml", "sh_src")
 ZHANG_TABLE = ("zhang2018/t8_context_integration.yaml", "both")
+DONATO_TABLE = ("donato2021/t5_ablation.yaml", "bert_previous")
+# The Donato control's corpus: the source article of an introduction sentence marks the noun's gender
+# (data/synthetic.py). Same documents, items and labels as NAME, so the same context-free bounds.
+GENDERED_NAME = f"{NAME}&gendered_articles=1"
 SETTINGS = [
     f"data.corpus=synthetic:{NAME}", "vocab.type=word", "model.d_model=64", "model.heads=4",
     "model.ffn_dim=256", "train.val_every_steps=100000", "eval.valid_bleu=false", "decode.beam=1",
@@ -101,3 +105,19 @@ def coattn_run() -> tuple[str, list[str]]:
     the topic cue (sense 54.1%)."""
     header = "model: {arch: lifeng_coattn}\ncontext: {prev_sentences: 3}\n"
     return recipe_run(LIFENG_TABLE, header, SENT_STEPS)
+
+
+def pas_run(encoder_file: str, stream: str, stages: int | None = None) -> tuple[str, list[str]]:
+    """Donato et al.'s parallel attention stack at Table 5's recipe (row `bert_previous`, the
+    positive control of the `donato2021/` tables): the sentence Transformer (`sent`, 2+2 layers as
+    the `cpu` profile), then one block over `stream` (a `context.streams` entry) alone on it, frozen
+    (`stack`, six times the first stage's updates on a schedule of its own). The block reads the
+    1-layer encoder of pretraining file `encoder_file` at its seeded random start (its tokenizer and
+    sizes; `random_weights`), on the corpus whose source marks the antecedent's gender
+    (GENDERED_NAME: docs/papers/donato2021.md section 8 gives why, and the recipes that failed);
+    `stages=1` is the Transformer alone."""
+    header = (f"model: {{arch: pas, enc_layers: 2, dec_layers: 2, stack: [{{stream: window, encoder: enc}}], "
+              f"context_encoders: {{enc: {{checkpoint: 'pretrain:{encoder_file}', random_weights: true}}}}}}\n"
+              f"context: {{streams: {{window: {stream}}}}}\n")
+    body, settings = recipe_run(DONATO_TABLE, header, SENT_STEPS, stages=stages)
+    return body, [*settings, f"data.corpus=synthetic:{GENDERED_NAME}"]

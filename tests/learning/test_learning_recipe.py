@@ -15,6 +15,7 @@ import pytest
 
 import tests.learning.learning_runs as learning
 from lightning_docmt.config.registry import import_all_archs
+from tests.helpers.experiment_files import EXPERIMENTS
 from tests.learning.learning_recipe import TableRecipe, recipe_of, table_recipe
 
 RUNS = {  # name: (table, row), the run's builder, its first stage's updates
@@ -22,6 +23,9 @@ RUNS = {  # name: (table, row), the run's builder, its first stage's updates
     "rnn_shared_target": (learning.RNN_TABLE, lambda: learning.rnn_run("shared", "target"), learning.RNN_STEPS),
     "zhang_two_step": (learning.ZHANG_TABLE, learning.zhang_run, learning.SENT_STEPS),
     "co_attention": (learning.LIFENG_TABLE, learning.coattn_run, learning.SENT_STEPS),
+    "parallel_stack": (learning.DONATO_TABLE, lambda: learning.pas_run(
+        str(EXPERIMENTS / "donato2021" / "pretrain_bert1_synthetic_gendered.yaml"), "{format: pair, prev: 1}"),
+        learning.SENT_STEPS),
 }
 
 
