@@ -8,9 +8,10 @@ collection):
   groups nothing: it renames node ids through an attribute that pytest no longer reads.)
 - the modules run longest first, by their tests' markers (`slow`: minutes; `fit` or `subprocess`:
   seconds; the rest: milliseconds), in the collection's order otherwise, so that no worker is left
-  alone with a long module at the end. The `slow` module (the learning tests, about a third of the
-  suite's work) starts at once in one worker while the other takes the rest; should it ever exceed
-  half the suite's work, it is to be split by the baseline its tests share.
+  alone with a long module at the end. The `slow` modules (the learning tests: `test_learning.py`,
+  about a third of the suite's work, and the parallel stack's `test_learning_pas.py`) start at once,
+  one in each worker, and the workers take the rest as they finish; should one ever exceed half
+  the suite's work, it is to be split by the baseline its tests share.
 """
 
 from __future__ import annotations
