@@ -11,6 +11,7 @@ checkpoint is stored under `<data.cache_dir>/stages/<key>/` (`training/run.py`);
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
 
@@ -50,32 +51,37 @@ def stage_config(cfg: DictConfig, name: str) -> DictConfig:
     between rows that configure more streams.
     """
     stage = cfg.train.stages[name]
-    container = OmegaConf.to_container(cfg, resolve=True)
-    container["data"] = OmegaConf.to_container(OmegaConf.merge(container["data"], stage.data), resolve=True)
-    container["train"]["optim"].update(OmegaConf.to_container(stage.optim, resolve=True))
-    if stage.val_every_steps is not None:
-        if stage.val_every_steps < 1:
-            raise DocMTInputError(f"must be a positive number of updates, got {stage.val_every_steps}",
-                                  key=f"train.stages.{name}.val_every_steps")
-        container["train"]["val_every_steps"] = stage.val_every_steps
     arch = stage.arch or cfg.model.arch
     entry = get_arch(arch)
-    config_class = entry.config_class
-    fields = {f.name for f in dataclasses.fields(config_class)}
+    fields = {f.name for f in dataclasses.fields(entry.config_class)}
+    if stage.val_every_steps is not None and stage.val_every_steps < 1:
+        raise DocMTInputError(f"must be a positive number of updates, got {stage.val_every_steps}",
+                              key=f"train.stages.{name}.val_every_steps")
     unknown = sorted(set(stage.model) - fields)
     if unknown:
         raise DocMTInputError(f"model.arch '{arch}' has no option '{unknown[0]}'",
                               key=f"train.stages.{name}.model.{unknown[0]}")
-    container["model"] = OmegaConf.to_container(OmegaConf.merge(
-        {k: v for k, v in container["model"].items() if k in fields}, stage.model), resolve=True)
-    if not entry.model_class.reads_context_with(container["model"]):
-        container["context"] = dataclasses.asdict(ContextConfig())
-    read = entry.model_class.streams_read(container["model"])
-    container["context"]["streams"] = {n: s for n, s in (container["context"].get("streams") or {}).items()
-                                       if n in read}
-    container["model"]["arch"] = arch
-    scfg = config_lib.schema_defaults(arch)
-    scfg.merge_with(container)
+    # The run's config, already validated against its schema, with the stage's overrides merged into
+    # the sections they change: a merge of the whole config into a fresh schema costs several times
+    # more (tests/training/test_stage_config.py checks both give the same config).
+    scfg = copy.deepcopy(cfg)
+    OmegaConf.resolve(scfg)  # interpolations read the run's values, not the stage's
+    scfg.data.merge_with(stage.data)
+    scfg.train.optim.merge_with(stage.optim)
+    if stage.val_every_steps is not None:
+        scfg.train.val_every_steps = stage.val_every_steps
+    if arch != cfg.model.arch:  # another config class: the run's shared options it has
+        model = config_lib.schema_defaults(arch).model
+        model.merge_with({k: v for k, v in OmegaConf.to_container(scfg.model).items() if k in fields})
+        scfg.model = model
+    scfg.model.merge_with(stage.model)
+    scfg.model.arch = arch
+    model_settings = OmegaConf.to_container(scfg.model)
+    if not entry.model_class.reads_context_with(model_settings):
+        scfg.context = OmegaConf.structured(ContextConfig())
+    read = entry.model_class.streams_read(model_settings)
+    for stream in [n for n in scfg.context.streams if n not in read]:
+        del scfg.context.streams[stream]
     return scfg
 
 
