@@ -47,10 +47,17 @@ from lightning_docmt.schedules import lr_lambda
 
 RESUME_FILE = "resume.pt"
 HELD_OUT_SEED = 0  # the held-out rows' one corruption
+PROGRESS_SECONDS = 60.0  # a progress line at most this often between validations (hours apart on a CPU)
 
 
 def progress(message: str) -> None:
     print(f"[docmt pretrain] {message}", flush=True)
+
+
+def progress_line(step: int, steps: int, loss: float, seconds_per_update: float) -> str:
+    eta = round(seconds_per_update * (steps - step))
+    return (f"update {step:,}/{steps:,} · loss {loss:.3f} · {seconds_per_update:.2f} s/update · "
+            f"eta {eta // 3600}h{eta % 3600 // 60:02d}m")
 
 
 def masked_batch(rows: list) -> dict[str, Tensor]:
@@ -170,6 +177,7 @@ def pretrain(cfg: PretrainConfig, chapters_of: Callable = pretraining_chapters) 
     per_epoch = max(1, len(rows) // cfg.batch_rows)  # updates per epoch (a last partial batch is left out)
     epoch = 0
     started = time.perf_counter()
+    first_step, last_line = step, started
     while step < cfg.steps:
         if step // per_epoch != epoch:
             epoch = step // per_epoch
@@ -186,6 +194,10 @@ def pretrain(cfg: PretrainConfig, chapters_of: Callable = pretraining_chapters) 
         schedule.step()
         optim.zero_grad(set_to_none=True)
         step += 1
+        now = time.perf_counter()
+        if now - last_line >= PROGRESS_SECONDS:
+            progress(progress_line(step, cfg.steps, loss.item(), (now - started) / (step - first_step)))
+            last_line = now
         if step % cfg.val_every_steps == 0 or step == cfg.steps:
             seconds = spent + time.perf_counter() - started
             history.append({"step": step, "train_loss": loss.item(), "seconds": round(seconds, 1),

@@ -191,3 +191,16 @@ def test_a_bad_pretraining_file_is_one_error_naming_the_key(tmp_path, setting, k
     path.write_text(f"lang: en\n{setting}\n")
     with pytest.raises(DocMTInputError, match=f"key '{key}'"):
         load_pretrain_config(path)
+
+
+def test_a_long_run_reports_its_progress_between_validations(tmp_path, monkeypatch, capsys):
+    """Validations are an hour apart on a CPU: between them a line at most every PROGRESS_SECONDS
+    gives the update, the loss, the time per update and the time left."""
+    monkeypatch.setattr(pretraining_run, "PROGRESS_SECONDS", 0.0)
+    pretrain(load_pretrain_config(write_config(tmp_path, "mlm", steps=8, val_every_steps=8)), chapters_of)
+    lines = [line for line in capsys.readouterr().out.splitlines() if " s/update · eta " in line]
+    assert [line.split()[3] for line in lines] == [f"{n}/8" for n in range(1, 9)]
+    assert all(float(line.split(" · ")[1].split()[1]) > 0 for line in lines)  # the loss
+    monkeypatch.setattr(pretraining_run, "PROGRESS_SECONDS", 3600.0)
+    pretrain(load_pretrain_config(write_config(tmp_path, "mlm", steps=8, val_every_steps=8, seed=2)), chapters_of)
+    assert " s/update · eta " not in capsys.readouterr().out
