@@ -13,9 +13,14 @@ the stack learnt the topic cue (sense 96-100%) but the antecedent barely (pronou
 9,000 and 18,000 updates). The suite's items, labels and context-free bounds are those of the
 unmarked corpus (tests/data/test_synthetic.py).
 
+A stack over a three-sentence window (P_s(3p,c), concatenated, over a PEGASUS-style encoder at its
+random start) at the same recipe is not tested: it resolved every distance in seed 2 (pronoun_d1-d3
+100%), most in seed 1 (95.0 / 81.9 / 73.1%) and hardly any in seed 3 (70.0 / 55.2 / 59.2%; sweep row
+`gendered_window3_9000`), so no threshold would hold over seeds.
+
 This module runs apart from tests/learning/test_learning.py, so that the two slow modules start at
-once on two workers. Each stack run takes 8-13 minutes of one CPU core (the first test: 13:00 with
-the machine's two cores shared by three processes), the sentence Transformer about one.
+once on two workers. The stack run takes 8-13 minutes of one CPU core (13:00 with the machine's two
+cores shared by three processes), the sentence Transformer about one.
 """
 
 from __future__ import annotations
@@ -42,10 +47,8 @@ pytestmark = pytest.mark.slow
 
 ENCODERS = {  # name: its pretraining file in experiments/donato2021/, used at its random start
     "bert": "pretrain_bert1_synthetic_gendered.yaml",
-    "pegasus": "pretrain_pegasus1_synthetic_gendered.yaml",
 }
 PREVIOUS = "{format: pair, prev: 1}"  # B_s(p,c): [CLS] previous [SEP] current [SEP]
-WINDOW = "{format: concat, prev: 3}"  # P_s(3p,c): the three previous sentences and the current one
 
 
 @pytest.fixture(scope="module")
@@ -88,25 +91,6 @@ def test_a_stack_over_the_previous_sentence_resolves_what_it_holds_and_nothing_f
     assert_beats_ceiling_on_what_its_window_holds(metrics, ceiling)
     for phenomenon in ("pronoun_d2", "pronoun_d3"):
         assert metrics[f"contrastive/{phenomenon}"] <= out_of_window_bound(phenomenon), (phenomenon, metrics)
-    assert_at_ceiling(metrics["contrastive/random_ctx/accuracy"], ceiling)
-    assert metrics["cxmi"] >= MIN_CXMI and metrics["random_ctx/cxmi"] > 0, metrics
-    assert metrics["random_ctx/bleu_delta"] < 0, metrics
-
-
-def test_a_stack_over_three_previous_sentences_resolves_every_distance(workspace, encoders, ceiling):
-    """P_s(3p,c) over a PEGASUS-style encoder, at the same recipe: the antecedents one, two and three
-    sentences back and the topic cue are all in its window, so it resolves each beyond what a model
-    that cannot see the cue scores (the previous-sentence stack above stays at chance on d2 and d3),
-    and another example's context brings the suite back to the ceiling.
-    Measured at this recipe on an AMD EPYC (float32), seeds 1 / 2 (row `gendered_window3_9000`):
-    pronoun_d1 95.0 / 100%, pronoun_d2 81.9 / 100%, pronoun_d3 73.1 / 100%, sense 85.9 / 94.1%,
-    54.6 / 50.6% with another example's context, cxmi 0.027 / 0.031, random_ctx/cxmi 0.0035 /
-    0.0086, random-context BLEU -1.50 / -2.36."""
-    run = fit(workspace, "pas_window", pas_run(encoders["pegasus"], WINDOW))
-    metrics = run["metrics"]
-    for phenomenon in ("pronoun_d1", "pronoun_d2", "pronoun_d3", "sense"):
-        assert metrics[f"contrastive/{phenomenon}"] > out_of_window_bound(phenomenon), (phenomenon, metrics)
-    assert metrics["contrastive/accuracy"] >= max(ceiling["expected"], ceiling["empirical"]) + 0.2, metrics
     assert_at_ceiling(metrics["contrastive/random_ctx/accuracy"], ceiling)
     assert metrics["cxmi"] >= MIN_CXMI and metrics["random_ctx/cxmi"] > 0, metrics
     assert metrics["random_ctx/bleu_delta"] < 0, metrics
