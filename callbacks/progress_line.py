@@ -22,18 +22,9 @@ from typing import Any
 import lightning.pytorch as pl
 
 from lightning_docmt.distributed import progress
+from lightning_docmt.logs import clock
 
 LOSS_KEY, UPDATE_TOKENS_KEY = "train/loss", "train/update_tokens"
-
-
-def clock(seconds: float) -> str:
-    """4000 -> '1h06m40s', 190 -> '3m10s', 7 -> '7s'."""
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m{secs:02d}s"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 class ProgressLine(pl.Callback):

@@ -99,3 +99,12 @@ def _quiet_wandb(quiet: bool) -> None:
         os.environ.pop(WANDB_SILENT, None)
         _silenced_wandb = False
 
+
+def clock(seconds: float) -> str:
+    """A duration as the `[docmt]` lines print it: 4000 -> '1h06m40s', 190 -> '3m10s', 7 -> '7s'."""
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"

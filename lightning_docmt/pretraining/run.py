@@ -34,6 +34,7 @@ from lightning_docmt.batch import pad
 from lightning_docmt.checkpoints import save_atomically
 from lightning_docmt.config.pretraining import DONE_FILE, PretrainConfig, output_dir, pretrain_key
 from lightning_docmt.data.pretraining_text import pretraining_chapters
+from lightning_docmt.logs import clock
 from lightning_docmt.pretraining.bert_files import save_bert, save_tokenizer, train_wordpiece
 from lightning_docmt.pretraining.examples import (
     Specials,
@@ -55,9 +56,8 @@ def progress(message: str) -> None:
 
 
 def progress_line(step: int, steps: int, loss: float, seconds_per_update: float) -> str:
-    eta = round(seconds_per_update * (steps - step))
     return (f"update {step:,}/{steps:,} · loss {loss:.3f} · {seconds_per_update:.2f} s/update · "
-            f"eta {eta // 3600}h{eta % 3600 // 60:02d}m")
+            f"eta {clock(seconds_per_update * (steps - step))}")
 
 
 def masked_batch(rows: list) -> dict[str, Tensor]:

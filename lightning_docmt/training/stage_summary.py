@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_docmt.callbacks.progress_line import clock
+from lightning_docmt.logs import clock
 
 
 def stage_summary(info: dict[str, Any], monitor: str, tokens_per_s: float | None) -> str:
