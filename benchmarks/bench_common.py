@@ -18,11 +18,11 @@ from typing import Callable, Iterable
 
 import torch
 
+from lightning_docmt import cpu
 from lightning_docmt.batch import EOS_ID, PAD_ID
 from lightning_docmt.data.datamodule import DocumentWindowDataModule
 from lightning_docmt.inference import decoding
 from lightning_docmt.nn.frozen import FrozenRowEncoder
-from lightning_docmt.training.trainer import CPUINFO
 
 Batch = dict[str, torch.Tensor]
 PRECISIONS = {"fp32": False, "bf16": True}  # name: under bf16 autocast
@@ -106,7 +106,7 @@ def first_sentences(batches: list[Batch], count: int) -> list[Batch]:
 
 def machine() -> dict:
     """The CPU (model name, native bf16 flags), the torch version and torch's threads."""
-    text = CPUINFO.read_text() if CPUINFO.is_file() else ""
+    text = cpu.CPUINFO.read_text() if cpu.CPUINFO.is_file() else ""
     fields = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")

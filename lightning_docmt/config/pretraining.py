@@ -36,6 +36,7 @@ from lightning_docmt.errors import DocMTInputError
 
 PRETRAIN_FORMAT = 2  # 2: the training stages' schedule (one update later to 0)
 OBJECTIVES = ("mlm", "gap_sentence")
+PRECISIONS = ("32", "bf16", "fast")  # fast: bf16 autocast where the CPU computes bf16 natively, else float32
 DONE_FILE = "pretraining.json"  # written last: a directory without it is not finished
 
 
@@ -67,7 +68,7 @@ class PretrainConfig:
     dropout: float = 0.1
     held_out: float = 0.02  # share of the chapters held out to measure the encoder (never trained on)
     val_every_steps: int = 1000
-    precision: str = "32"  # 32 | bf16 (autocast)
+    precision: str = "32"  # 32 | bf16 (autocast) | fast (bf16 on a CPU with native bf16, else 32)
     seed: int = 1
     cache_dir: str = ".cache/docmt"
 
@@ -88,7 +89,7 @@ def load_pretrain_config(path: str | Path) -> PretrainConfig:
         raise DocMTInputError(str(err).splitlines()[0], path=file.path, line=line, key=dotted or None) from None
     cfg = PretrainConfig(**OmegaConf.to_container(merged, resolve=True))
     checks = {"objective": cfg.objective in OBJECTIVES, "held_out": 0.0 < cfg.held_out < 0.5,
-              "precision": cfg.precision in ("32", "bf16"), "steps": cfg.steps > cfg.warmup_steps >= 0,
+              "precision": cfg.precision in PRECISIONS, "steps": cfg.steps > cfg.warmup_steps >= 0,
               "corpus": cfg.corpus is None or (cfg.corpus.startswith("synthetic:") and cfg.versions is None),
               "side": cfg.side in ("source", "target")}
     checks.update({key: getattr(cfg, key) > 0 for key in ("vocab_size", "width", "heads", "ffn_dim", "layers",

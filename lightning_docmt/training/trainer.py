@@ -36,6 +36,7 @@ from lightning_docmt.callbacks.lr_record import LearningRateRecord
 from lightning_docmt.callbacks.nonfinite_guard import NonFiniteGuard
 from lightning_docmt.callbacks.progress_line import ProgressLine
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
+from lightning_docmt.cpu import cpu_has_native_bf16
 from lightning_docmt.distributed import progress
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.logs import apply_output_policy, is_verbose
@@ -53,22 +54,6 @@ RESUME_NAME = "resume"  # <stage dir>/checkpoints/resume.ckpt, rewritten every t
 OWNED_KEYS = ("max_steps", "max_epochs", "max_time", "precision", "accumulate_grad_batches",
               "gradient_clip_val", "logger", "callbacks", "default_root_dir",
               "use_distributed_sampler", "val_check_interval")
-
-
-CPUINFO = Path("/proc/cpuinfo")
-CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # cpuinfo flags of native bf16 arithmetic
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether the CPU computes bf16 natively (AVX512-BF16 or AMX). Elsewhere bf16 autocast is
-    emulated and slower than float32."""
-    try:
-        text = CPUINFO.read_text()
-    except OSError:
-        return False
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
-                  if line.startswith("flags")), [])
-    return any(flag in flags for flag in CPU_BF16_FLAGS)
 
 
 def resolve_precision(setting: str, accelerator: str = "auto") -> str:

@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lightning_docmt import cpu
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.config.pretrained_files import encoder_settings
 from lightning_docmt.config.pretraining import DONE_FILE, load_pretrain_config, output_dir
@@ -185,12 +186,26 @@ def test_the_wordpiece_vocabulary_is_a_function_of_the_text():
 
 
 @pytest.mark.parametrize("setting, key", [("objective: bert", "objective"), ("heads: 3", "heads"),
-                                          ("stepz: 3", "stepz"), ("held_out: 0.9", "held_out")])
+                                          ("stepz: 3", "stepz"), ("held_out: 0.9", "held_out"),
+                                          ("precision: bf16-mixed", "precision")])
 def test_a_bad_pretraining_file_is_one_error_naming_the_key(tmp_path, setting, key):
     path = tmp_path / "bad.yaml"
     path.write_text(f"lang: en\n{setting}\n")
     with pytest.raises(DocMTInputError, match=f"key '{key}'"):
         load_pretrain_config(path)
+
+
+@pytest.mark.parametrize("flags, bf16", [("fpu avx2 avx512f avx512_bf16", True), ("fpu avx2 amx_bf16", True),
+                                         ("fpu avx2 avx512f", False)])
+def test_precision_fast_pretrains_in_bf16_only_on_cpus_with_native_bf16(monkeypatch, tmp_path, flags, bf16):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    monkeypatch.setattr(cpu, "CPUINFO", cpuinfo)
+    assert pretraining_run.uses_bf16("fast") == bf16
+    assert pretraining_run.uses_bf16("bf16") and not pretraining_run.uses_bf16("32")
+    config = tmp_path / "fast.yaml"
+    config.write_text("lang: en\nprecision: fast\n")
+    assert load_pretrain_config(config).precision == "fast"
 
 
 def test_a_long_run_reports_its_progress_between_validations(tmp_path, monkeypatch, capsys):

@@ -77,7 +77,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 FLOORS = (  # bottom first; "" is the package's own __init__
     # the ground: imports nothing of ours
     {"", "errors", "batch", "resources", "distributed", "schedules", "logs", "line_files", "wandb_runs",
-     "locks", "atomic_files"},
+     "locks", "atomic_files", "cpu"},
     {"config"},
     {"data"},
     {"nn", "checkpoints"},

@@ -4,6 +4,7 @@ import pytest
 import wandb
 from lightning.pytorch.loggers import CSVLogger
 
+from lightning_docmt import cpu
 from lightning_docmt.config import composition as config_lib
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.training import trainer as trainer_factory
@@ -46,7 +47,7 @@ def test_precision_fast_uses_bf16_only_on_cpus_with_native_bf16(monkeypatch, tmp
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    monkeypatch.setattr(trainer_factory, "CPUINFO", cpuinfo)
+    monkeypatch.setattr(cpu, "CPUINFO", cpuinfo)
     assert trainer_factory.resolve_precision("fast") == fast
     assert trainer_factory.resolve_precision("fast", accelerator="cpu") == fast
     assert trainer_factory.resolve_precision("auto") == "32-true"  # auto never picks bf16 on a CPU
