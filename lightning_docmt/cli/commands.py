@@ -182,8 +182,17 @@ def pretrain_command(args: argparse.Namespace) -> int:
 
 
 def archive_command(args: argparse.Namespace) -> int:
-    """Archive a table's finished runs (tables/archive.py) and print what was archived and left out."""
+    """Archive a table's finished runs (tables/archive.py) and print what was archived and left out;
+    or, given a pretraining file, its pretrained encoder (pretraining/archive.py)."""
+    from lightning_docmt.config.pretraining import is_pretraining_file, load_pretrain_config
+    from lightning_docmt.config.yaml_file import YamlFile
     from lightning_docmt.tables.archive import archive_table
+
+    if is_pretraining_file(YamlFile.load(args.table)):
+        from lightning_docmt.pretraining.archive import archive_encoder
+
+        print(f"archived encoder {archive_encoder(load_pretrain_config(args.table), Path(args.to), args.table)}")
+        return 0
 
     outcome = archive_table(Path(args.table), Path(args.results), Path(args.to), rows=args.rows,
                             seeds=args.seeds)

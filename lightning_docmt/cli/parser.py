@@ -128,8 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", help="the folder of the table's runs and reports")
 
     p = sub.add_parser("archive", help="copy a table's finished runs into the archive of measured runs "
-                                        "(no checkpoints, compressed outputs) and rebuild its report there")
-    p.add_argument("table", help="a table YAML (rows:)")
+                                        "(no checkpoints, compressed outputs) and rebuild its report there; "
+                                        "or a pretrained encoder, given its pretraining file")
+    p.add_argument("table", help="a table YAML (rows:), or a pretraining YAML (its encoder goes to "
+                   "<archive>/pretrained/, where tables find it when the cache lacks it)")
     p.add_argument("--rows", default="all", help="comma-separated row names (default: all)")
     p.add_argument("--seeds", type=seed_list, help="comma-separated seeds (default: every finished seed found)")
     p.add_argument("--results", default="results", help="the folder the runs were written to (docmt table --results)")

@@ -17,6 +17,12 @@ and is an input of the tables, as a downloaded checkpoint would be, so `PRETRAIN
 by hand whenever a change to the pretraining code changes what it computes. The stages that read
 an encoder key on the digest of its weights, so a retrained encoder is never mistaken for the last.
 
+An encoder is looked for in the cache, then in the archive of measured runs
+(`experiments/measured/pretrained/<objective>-<lang>-<key>/`, written by `docmt archive FILE`): a
+checkout then runs the tables on any machine without pretraining again, bit for bit the encoder the
+archived numbers read. The key is in the folder's name, so a pretraining file whose settings changed
+never finds an encoder pretrained under the old ones.
+
 Torch-free: composing a config resolves `pretrain:FILE` without loading a model.
 """
 
@@ -33,11 +39,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.resources import shipped_dir
 
 PRETRAIN_FORMAT = 2  # 2: the training stages' schedule (one update later to 0)
 OBJECTIVES = ("mlm", "gap_sentence")
 PRECISIONS = ("32", "bf16", "fast")  # fast: bf16 autocast where the CPU computes bf16 natively, else float32
 DONE_FILE = "pretraining.json"  # written last: a directory without it is not finished
+ARCHIVED_ENCODERS = shipped_dir("experiments") / "measured" / "pretrained"
+"""A checkout's archived encoders (`docmt archive FILE`); an installed package has none."""
 
 
 @dataclass
@@ -115,11 +124,22 @@ def output_dir(cfg: PretrainConfig) -> Path:
     return Path(cfg.cache_dir) / "pretrained" / f"{cfg.objective}-{cfg.lang}-{pretrain_key(cfg)}"
 
 
+def archived_dir(cfg: PretrainConfig) -> Path:
+    """Where `docmt archive` keeps the pretrained encoder of `cfg` in a checkout."""
+    return ARCHIVED_ENCODERS / output_dir(cfg).name
+
+
+def finished_output(cfg: PretrainConfig) -> Path | None:
+    """The finished encoder of `cfg`: the cache's, else the archived one, else None."""
+    return next((d for d in (output_dir(cfg), archived_dir(cfg)) if (d / DONE_FILE).is_file()), None)
+
+
 def pretrained_output(path: str, key: str) -> Path:
     """The finished output directory of pretraining file `path` (named `pretrain:<path>`); an
     encoder not pretrained yet is an error naming `key` and the command that makes it."""
-    directory = output_dir(load_pretrain_config(path))
-    if not (directory / DONE_FILE).is_file():
-        raise DocMTInputError(f"the encoder of '{path}' is not pretrained yet ({directory}): run "
+    cfg = load_pretrain_config(path)
+    directory = finished_output(cfg)
+    if directory is None:
+        raise DocMTInputError(f"the encoder of '{path}' is not pretrained yet ({output_dir(cfg)}): run "
                               f"`docmt pretrain {path}`", key=key)
     return directory

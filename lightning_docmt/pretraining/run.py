@@ -32,7 +32,13 @@ from torch import Tensor
 
 from lightning_docmt.batch import pad
 from lightning_docmt.checkpoints import save_atomically
-from lightning_docmt.config.pretraining import DONE_FILE, PretrainConfig, output_dir, pretrain_key
+from lightning_docmt.config.pretraining import (
+    DONE_FILE,
+    PretrainConfig,
+    finished_output,
+    output_dir,
+    pretrain_key,
+)
 from lightning_docmt.cpu import cpu_has_native_bf16
 from lightning_docmt.data.pretraining_text import pretraining_chapters
 from lightning_docmt.logs import clock
@@ -140,10 +146,11 @@ def held_out_scores(objective: Objective, rows: list) -> dict[str, float]:
 def pretrain(cfg: PretrainConfig, chapters_of: Callable = pretraining_chapters) -> Path:
     """Pretrain (or resume, or find finished) the encoder of `cfg`; returns its directory.
     `chapters_of(cfg)` gives the text (tests hand in a small one)."""
+    finished = finished_output(cfg)
+    if finished is not None:
+        progress(f"already pretrained: {finished}")
+        return finished
     final = output_dir(cfg)
-    if (final / DONE_FILE).is_file():
-        progress(f"already pretrained: {final}")
-        return final
     work = final.parent / f"{final.name}.work"
     work.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)

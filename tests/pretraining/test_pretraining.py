@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 
 from lightning_docmt import cpu
 from lightning_docmt.config import composition as config_lib
+from lightning_docmt.config import pretraining as pretraining_config
 from lightning_docmt.config.pretrained_files import encoder_settings
 from lightning_docmt.config.pretraining import DONE_FILE, load_pretrain_config, output_dir
 from lightning_docmt.config.registry import get_arch, model_config
@@ -24,6 +25,7 @@ from lightning_docmt.data.vocab import WordPieceVocab
 from lightning_docmt.data.windows import WindowSpec
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.pretraining import run as pretraining_run
+from lightning_docmt.pretraining.archive import archive_encoder
 from lightning_docmt.pretraining.bert_files import train_wordpiece
 from lightning_docmt.pretraining.run import pretrain
 
@@ -169,6 +171,26 @@ def test_a_table_composes_before_its_encoder_is_pretrained_and_runs_only_after(t
     with pytest.raises(DocMTInputError, match=r"key 'model.context_encoders.b.checkpoint'.*docmt pretrain"):
         model.load_pretrained(None)
     assert not output_dir(load_pretrain_config(config)).exists()
+
+
+def test_an_archived_encoder_is_found_when_the_cache_lacks_it_and_only_under_its_settings(bert_dir, tmp_path,
+                                                                                       monkeypatch):
+    """`docmt archive FILE` copies the encoder bit for bit; a checkout without the cache finds the
+    copy (pretraining does not run again); changed settings find nothing."""
+    config, directory = bert_dir
+    archive = tmp_path / "measured"
+    monkeypatch.setattr(pretraining_config, "ARCHIVED_ENCODERS", archive / "pretrained")
+    archived = archive_encoder(load_pretrain_config(config), archive, str(config))
+    assert archived == archive / "pretrained" / directory.name
+    assert {p.name: p.read_bytes() for p in archived.iterdir()} == {p.name: p.read_bytes() for p in directory.iterdir()}
+    moved = write_config(tmp_path, "mlm", cache_dir=str(tmp_path / "empty_cache"))  # the settings, another cache
+    assert pretraining_config.pretrained_output(str(moved), "k") == archived
+    assert pretrain(load_pretrain_config(moved), lambda cfg: pytest.fail("pretrained again")) == archived
+    changed = write_config(tmp_path, "mlm", name="changed.yaml", cache_dir=str(tmp_path / "empty_cache"), steps=61)
+    with pytest.raises(DocMTInputError, match=r"key 'k'.*not pretrained yet.*docmt pretrain"):
+        pretraining_config.pretrained_output(str(changed), "k")
+    with pytest.raises(DocMTInputError, match=r"no finished encoder.*docmt pretrain"):
+        archive_encoder(load_pretrain_config(changed), archive, str(changed))
 
 
 def test_the_wordpiece_vocabulary_is_a_function_of_the_text():

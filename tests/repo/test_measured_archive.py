@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from lightning_docmt.config.pretraining import (
+    ARCHIVED_ENCODERS,
+    DONE_FILE,
+    archived_dir,
+    is_pretraining_file,
+    load_pretrain_config,
+    pretrain_key,
+)
 from lightning_docmt.config.registry import import_all_archs
+from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.line_files import read_lines
 from lightning_docmt.tables.archive import COMPRESSED_SUFFIXES, rebuild_report
 from lightning_docmt.tables.contrastive_columns import column_value
@@ -23,7 +32,7 @@ from lightning_docmt.tables.grid import load_grid, write_grid
 from lightning_docmt.tables.runner import ARCHIVE_DIRNAME, METRICS_FILE
 from lightning_docmt.tables.spec import load_table
 from lightning_docmt.tables.summaries import FINISHED
-from tests.helpers.experiment_files import EXPERIMENTS, grid_files, table_files
+from tests.helpers.experiment_files import EXPERIMENTS, experiment_files, grid_files, table_files
 
 REPO = EXPERIMENTS.parent
 ARCHIVE = EXPERIMENTS / ARCHIVE_DIRNAME
@@ -36,14 +45,20 @@ def is_selection_table(table_dir: Path) -> bool:
 
 
 SUPERSEDED = ARCHIVE / "superseded"  # tables measured with a replaced recipe or controls, kept as measured
+PRETRAINED = ARCHIVE / ARCHIVED_ENCODERS.name  # encoders pretrained in the project (`docmt archive PRETRAINING.yaml`)
 
 
 def archived_tables() -> list[Path]:
     """The archived tables' folders; the grids' reports (tables/grid.py) are in folders of their own,
-    and superseded tables in `superseded/`."""
+    superseded tables in `superseded/` and pretrained encoders in `pretrained/`."""
     if not ARCHIVE.is_dir():
         return []
-    return sorted(p for p in ARCHIVE.iterdir() if p.is_dir() and p.name not in grid_files() and p != SUPERSEDED)
+    return sorted(p for p in ARCHIVE.iterdir()
+                  if p.is_dir() and p.name not in grid_files() and p not in (SUPERSEDED, PRETRAINED))
+
+
+def archived_encoders() -> list[Path]:
+    return sorted(p for p in PRETRAINED.iterdir() if p.is_dir()) if PRETRAINED.is_dir() else []
 
 
 def archived_grids() -> list[Path]:
@@ -95,6 +110,19 @@ def test_superseded_tables_are_explained_and_never_mixed_into_their_successors()
             new_run = successor / old_run.relative_to(table_dir)
             if new_run.is_dir():
                 assert (new_run / "config.yaml").read_text() != (old_run / "config.yaml").read_text(), new_run
+
+
+@pytest.mark.parametrize("encoder", archived_encoders(), ids=lambda p: p.name)
+def test_every_archived_encoder_is_found_by_its_pretraining_file(encoder):
+    """An archived encoder is found by a pretraining file whose settings are the ones it was
+    pretrained under (config/pretraining.finished_output): a file changed since would leave it
+    unread, and this test names it. Complete: it holds what `docmt pretrain` writes."""
+    files = {archived_dir(cfg).name: cfg for cfg in (load_pretrain_config(p) for p in experiment_files()
+                                                     if is_pretraining_file(YamlFile.load(p)))}
+    assert encoder.name in files, f"no pretraining file names {encoder.name} (settings changed since?)"
+    record = json.loads((encoder / DONE_FILE).read_text())
+    assert record["key"] == pretrain_key(files[encoder.name])
+    assert {"config.json", "model.safetensors", "tokenizer.json", "vocab.txt"} <= {p.name for p in encoder.iterdir()}
 
 
 @pytest.mark.subprocess
