@@ -106,13 +106,8 @@ def first_sentences(batches: list[Batch], count: int) -> list[Batch]:
 
 def machine() -> dict:
     """The CPU (model name, native bf16 flags), the torch version and torch's threads."""
-    text = cpu.CPUINFO.read_text() if cpu.CPUINFO.is_file() else ""
-    fields = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    flags = set(fields.get("flags", "").split())
-    return {"cpu": fields.get("model name", "unknown"), "avx512_bf16": "avx512_bf16" in flags,
+    flags = cpu.cpu_flags()
+    return {"cpu": cpu.cpu_name(), "avx512_bf16": "avx512_bf16" in flags,
             "amx_bf16": "amx_bf16" in flags, "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 

@@ -25,6 +25,7 @@ import torch
 
 import lightning_docmt
 from lightning_docmt import callbacks
+from lightning_docmt.cpu import cpu_name
 from lightning_docmt.distributed import is_global_zero
 from lightning_docmt.errors import DocMTInputError
 
@@ -84,4 +85,4 @@ def environment_record(precision: str, device: str) -> dict[str, str | float]:
         "code": code_fingerprint(), "git": git_state(), "package": lightning_docmt.__version__,
         "python": platform.python_version(), "torch": torch.__version__, "lightning": lightning.__version__,
         "precision": precision, "device": device, "threads": float(torch.get_num_threads()),
-        "machine": platform.machine()}.items()}
+        "machine": platform.machine(), "cpu": cpu_name()}.items()}

@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from lightning_docmt import provenance
+from lightning_docmt import cpu, provenance
 from lightning_docmt.config.composition import compose
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.training import stages
@@ -80,6 +80,7 @@ def test_metrics_record_the_code_versions_and_resolved_settings(workdir):
     assert env["code"] == provenance.code_fingerprint() and env["torch"] == torch.__version__
     assert env["precision"] == "32-true" and env["device"] == "cpu"
     assert env["threads"] == float(torch.get_num_threads())
+    assert env["cpu"] == cpu.cpu_name() != "unknown"  # this machine's /proc/cpuinfo names its CPU
     assert env["git"] == provenance.git_state() != ""
 
 

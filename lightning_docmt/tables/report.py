@@ -147,8 +147,10 @@ def context_columns_legend(metrics: Sequence[str]) -> list[str]:
 
 
 # What a finished run records of where it ran (lightning_docmt/provenance.py) that can change its
-# last digits: a table filled on several machines (e.g. from the archive, runner.py) says so.
+# last digits: a table filled on several machines (e.g. from the archive, runner.py) says so. The CPU's
+# name is added where a run recorded it (runs from before it was recorded do not say).
 PROVENANCE_KEYS = ("precision", "device", "torch", "code")
+RECORDED_ONLY_KEYS = ("cpu",)
 
 
 def run_provenance(records: Sequence[RunRecord]) -> list[str]:
@@ -158,7 +160,9 @@ def run_provenance(records: Sequence[RunRecord]) -> list[str]:
     for r in records:
         if not any(key.startswith(ENV_PREFIX) for key in r.metrics):
             continue
-        setting = ", ".join(f"{key} {r.metrics.get(ENV_PREFIX + key, '?')}" for key in PROVENANCE_KEYS)
+        setting = ", ".join([f"{key} {r.metrics.get(ENV_PREFIX + key, '?')}" for key in PROVENANCE_KEYS]
+                            + [f"{key} {r.metrics[ENV_PREFIX + key]}" for key in RECORDED_ONLY_KEYS
+                               if ENV_PREFIX + key in r.metrics])
         groups.setdefault(setting, []).append(f"{r.row}/seed{r.seed}")
     return [f"- {setting}: {len(runs)} run{'s' if len(runs) > 1 else ''} ({', '.join(runs)})"
             for setting, runs in sorted(groups.items())]

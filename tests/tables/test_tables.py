@@ -174,11 +174,13 @@ def test_run_provenance_groups_runs_by_precision_device_torch_and_code(tmp_path)
     records = [RunRecord("a", 1, tmp_path, DONE, {"test/bleu": 1.0, **env}),
                RunRecord("b", 1, tmp_path, DONE, {"test/bleu": 2.0, **env}),
                RunRecord("a", 2, tmp_path, DONE, {**env, "env/precision": "32-true"}),
-               RunRecord("c", 1, tmp_path, DONE, {"test/bleu": 3.0})]  # recorded nothing: left out
+               RunRecord("c", 1, tmp_path, DONE, {"test/bleu": 3.0}),  # recorded nothing: left out
+               RunRecord("c", 2, tmp_path, DONE, {**env, "env/cpu": "AMD EPYC 7B13"})]  # its CPU too
     assert run_provenance(records) == [
         "- precision 32-true, device cpu, torch 2.13.0+cpu, code abc: 1 run (a/seed2)",
-        "- precision bf16-mixed, device cpu, torch 2.13.0+cpu, code abc: 2 runs (a/seed1, b/seed1)"]
-    assert run_provenance(records[3:]) == []
+        "- precision bf16-mixed, device cpu, torch 2.13.0+cpu, code abc: 2 runs (a/seed1, b/seed1)",
+        "- precision bf16-mixed, device cpu, torch 2.13.0+cpu, code abc, cpu AMD EPYC 7B13: 1 run (c/seed2)"]
+    assert run_provenance(records[3:4]) == []
 
 
 def test_rows_run_separately_fill_one_table(table_file, tmp_path):
