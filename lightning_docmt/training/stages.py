@@ -143,14 +143,15 @@ def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
 def pretrained_weights(scfg: DictConfig) -> str | dict[str, str]:
     """`weights_digest` of the stage's pretrained encoder (`model.pretrained_encoder`), "" without one;
     with frozen context encoders (`model.context_encoders`, `models/pas.py`) a mapping that adds the
-    digest of each one loaded from a checkpoint."""
+    digest of each one the stack reads and loads from a checkpoint."""
     name = scfg.model.get("pretrained_encoder")
     own = weights_digest(pretrained_dir(name)) if name else ""
     encoders = scfg.model.get("context_encoders") or {}
     if not encoders:
         return own
+    read = {block["encoder"] for block in scfg.model.get("stack") or []}  # an encoder no block reads is not loaded
     loaded = {f"context_encoders.{n}": pretrained_dir(e.checkpoint, f"model.context_encoders.{n}.checkpoint")
-              for n, e in encoders.items() if not e.random_weights}
+              for n, e in encoders.items() if n in read and not e.random_weights}
     return {"encoder": own, **{n: weights_digest(directory) for n, directory in loaded.items()}}
 
 
@@ -163,9 +164,10 @@ def resolved_settings(cfg: DictConfig) -> dict[str, str]:
 
 def check_stages(cfg: DictConfig) -> None:
     """Fail on a bad freezing policy (a trainable or milestone glob that matches nothing, a
-    milestone without lr), averaging setting, `data.mix` (`splits.mixed_corpus`), or a setting the
-    model's training hooks cannot work with (`optimizer_phases.check_training_hooks`) before any
-    stage trains or anything is written.
+    milestone without lr), averaging setting, `data.mix` (`splits.mixed_corpus`), a setting the
+    model's training hooks cannot work with (`optimizer_phases.check_training_hooks`), or a
+    pretrained encoder a stage reads that is not there (`pretrained_weights`) before any stage
+    trains or anything is written.
 
     The names come from each model class's `parameter_names` (by default the model built on the
     meta device with placeholder vocabulary sizes; a model wrapping a pretrained encoder answers
@@ -187,6 +189,7 @@ def check_stages(cfg: DictConfig) -> None:
         phases = model_class.optimizer_phases(typed)
         check_training_hooks(model_class, phases, scfg, name, names)
         check_pretrained_lr_scale(scfg, name, phases)
+        pretrained_weights(scfg)  # an encoder the stage reads that is not pretrained yet (or missing)
         update_size(scfg, world_size=1)  # conflicting settings; the world size is checked at build
         init_from = scfg.train.stages[name].init_from
         # here, before the run directory exists, not when the stage would start (issue 37: nothing
