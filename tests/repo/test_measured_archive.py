@@ -36,12 +36,16 @@ from tests.helpers.experiment_files import EXPERIMENTS, experiment_files, grid_f
 
 REPO = EXPERIMENTS.parent
 ARCHIVE = EXPERIMENTS / ARCHIVE_DIRNAME
-RUN_FILES = ("config.yaml", METRICS_FILE, "test.hyp.txt.gz", "test.ref.txt.gz")
 SELECTION_RUN_FILES = ("config.yaml", METRICS_FILE)  # `evaluate: valid`: the test split never decoded
 
 
+def evaluated_split(table_dir: Path) -> str:
+    """`test`, `valid` (a selection table) or `valid_report` (the valid split decoded as a test split is)."""
+    return load_table(table_files()[table_dir.name]).evaluate
+
+
 def is_selection_table(table_dir: Path) -> bool:
-    return load_table(table_files()[table_dir.name]).evaluate == "valid"
+    return evaluated_split(table_dir) == "valid"
 
 
 SUPERSEDED = ARCHIVE / "superseded"  # tables measured with a replaced recipe or controls, kept as measured
@@ -76,21 +80,25 @@ def test_the_archive_holds_runs():
 @pytest.mark.parametrize("table_dir", archived_tables(), ids=lambda p: p.name)
 def test_every_archived_run_is_complete(table_dir):
     """A test row has its outputs and test BLEU; a selection row (`evaluate: valid`) its valid
-    scores and nothing of the test split."""
+    scores and nothing of the test split; a `valid_report` row the outputs and BLEU of the valid
+    split and nothing of the test split."""
     assert table_dir.name in table_files(), f"{table_dir.name} is no table id of experiments/"
-    selection = is_selection_table(table_dir)
+    split = evaluated_split(table_dir)
     for run in archived_runs(table_dir):
-        if selection:
+        metrics = json.loads((run / METRICS_FILE).read_text())
+        if split == "valid":
             assert all((run / name).is_file() for name in SELECTION_RUN_FILES), run
-            metrics = json.loads((run / METRICS_FILE).read_text())
             assert any(k.startswith("val/") for k in metrics), run
             assert not [k for k in metrics if k.startswith("test/")] and not list(run.glob("test*")), run
             continue
-        for name in RUN_FILES:
+        decoded = "valid" if split == "valid_report" else "test"
+        for name in ("config.yaml", METRICS_FILE, f"{decoded}.hyp.txt.gz", f"{decoded}.ref.txt.gz"):
             assert (run / name).is_file(), run / name
-        hyps, refs = read_lines(run / "test.hyp.txt"), read_lines(run / "test.ref.txt")
+        hyps, refs = read_lines(run / f"{decoded}.hyp.txt"), read_lines(run / f"{decoded}.ref.txt")
         assert len(hyps) == len(refs) > 100, run
-        assert isinstance(json.loads((run / METRICS_FILE).read_text())["test/bleu"], float), run
+        assert isinstance(metrics[f"{decoded}/bleu"], float), run
+        if split == "valid_report":
+            assert not [k for k in metrics if k.startswith("test/")] and not list(run.glob("test*")), run
 
 
 def test_superseded_tables_are_explained_and_never_mixed_into_their_successors():
