@@ -74,7 +74,13 @@ from lightning_docmt.training.module import DocMTModule
 from lightning_docmt.training.speed import TRAIN_SPEED_KEY, rate, train_speed_metrics
 from lightning_docmt.training.stage_start import first_damage, initial_damage
 from lightning_docmt.training.stage_summary import context_usage_line, decoded_split_line, stage_summary
-from lightning_docmt.training.stages import check_stages, resolved_settings, stage_config, stage_key
+from lightning_docmt.training.stages import (
+    check_stages,
+    pretrained_weights,
+    resolved_settings,
+    stage_config,
+    stage_key,
+)
 from lightning_docmt.training.trainer import RESUME_NAME, build_trainer, monitor_metric
 from lightning_docmt.training.update_size import update_size
 from lightning_docmt.wandb_runs import GuardedRun
@@ -147,10 +153,12 @@ def check_run_inputs(cfg: DictConfig, needed: tuple[str, ...] = ()) -> None:
     splits that must hold documents, `build_caches`), and every `init_from` checkpoint file is checked
     against the stage's model built on the meta device, as the stage will load it (a file that is no
     Lightning checkpoint, or one of another architecture, size or vocabulary, fails here rather than
-    after the stages before it have trained)."""
+    after the stages before it have trained), as is every pretrained encoder a stage reads
+    (`stages.pretrained_weights`: one that is not pretrained yet names the command that makes it)."""
     schedule = list(cfg.train.schedule)
     for index, name in enumerate(schedule):
         scfg = stage_config(cfg, name)
+        pretrained_weights(scfg)
         datamodule = DocumentWindowDataModule(scfg.data, scfg.vocab, scfg.context)
         datamodule.prepare_data(needed=needed if index == len(schedule) - 1 else ())
         init_from = scfg.train.stages[name].init_from

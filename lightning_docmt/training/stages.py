@@ -164,10 +164,9 @@ def resolved_settings(cfg: DictConfig) -> dict[str, str]:
 
 def check_stages(cfg: DictConfig) -> None:
     """Fail on a bad freezing policy (a trainable or milestone glob that matches nothing, a
-    milestone without lr), averaging setting, `data.mix` (`splits.mixed_corpus`), a setting the
-    model's training hooks cannot work with (`optimizer_phases.check_training_hooks`), or a
-    pretrained encoder a stage reads that is not there (`pretrained_weights`) before any stage
-    trains or anything is written.
+    milestone without lr), averaging setting, `data.mix` (`splits.mixed_corpus`), or a setting the
+    model's training hooks cannot work with (`optimizer_phases.check_training_hooks`) before any
+    stage trains or anything is written.
 
     The names come from each model class's `parameter_names` (by default the model built on the
     meta device with placeholder vocabulary sizes; a model wrapping a pretrained encoder answers
@@ -189,7 +188,6 @@ def check_stages(cfg: DictConfig) -> None:
         phases = model_class.optimizer_phases(typed)
         check_training_hooks(model_class, phases, scfg, name, names)
         check_pretrained_lr_scale(scfg, name, phases)
-        pretrained_weights(scfg)  # an encoder the stage reads that is not pretrained yet (or missing)
         update_size(scfg, world_size=1)  # conflicting settings; the world size is checked at build
         init_from = scfg.train.stages[name].init_from
         # here, before the run directory exists, not when the stage would start (issue 37: nothing

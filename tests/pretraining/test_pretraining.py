@@ -28,6 +28,7 @@ from lightning_docmt.pretraining import run as pretraining_run
 from lightning_docmt.pretraining.archive import archive_encoder
 from lightning_docmt.pretraining.bert_files import train_wordpiece
 from lightning_docmt.pretraining.run import pretrain
+from lightning_docmt.training.run import check_run_inputs
 from lightning_docmt.training.stages import check_stages, pretrained_weights, stage_config
 
 WORDS = "the a river stone house dog cat tree sings runs sleeps under over old green small light water".split()
@@ -197,19 +198,23 @@ def test_an_archived_encoder_is_found_when_the_cache_lacks_it_and_only_under_its
 def test_a_run_needs_only_the_encoders_its_stack_reads_and_checks_them_before_any_stage_trains(bert_dir, tmp_path):
     """A table declares every encoder its rows use (T5: BERT and PEGASUS); a row whose stack reads
     only BERT runs before PEGASUS is pretrained, and a row that reads a missing encoder fails in
-    `check_stages`, before its first stage trains (not when its stack stage starts)."""
+    `check_run_inputs`, before its first stage trains (not when its stack stage starts); composing
+    and `check_stages` need no encoder at all."""
     config, _ = bert_dir
     missing = write_config(tmp_path, "gap_sentence", name="missing.yaml")
     settings = ["model.arch=pas", f"model.context_encoders.b.checkpoint=pretrain:{config}",
                 f"model.context_encoders.g.checkpoint=pretrain:{missing}", "context.streams.pc.prev=1",
                 "train.stages.sent={arch: transformer}", "train.stages.stack={init_from: sent}",
-                "train.schedule=[sent,stack]"]
+                "train.schedule=[sent,stack]", "data.corpus=synthetic:tiny?docs=40&test_docs=10",
+                "vocab.type=word", f"data.cache_dir={tmp_path / 'data'}"]
     reads_b = config_lib.compose(None, [*settings, "model.stack=[{stream: pc, encoder: b}]"], profile="tiny")
     check_stages(reads_b)
+    check_run_inputs(reads_b)
     assert set(pretrained_weights(stage_config(reads_b, "stack"))) == {"encoder", "context_encoders.b"}
     reads_g = config_lib.compose(None, [*settings, "model.stack=[{stream: pc, encoder: g}]"], profile="tiny")
+    check_stages(reads_g)
     with pytest.raises(DocMTInputError, match=r"key 'model.context_encoders.g.checkpoint'.*docmt pretrain"):
-        check_stages(reads_g)
+        check_run_inputs(reads_g)
 
 
 def test_the_wordpiece_vocabulary_is_a_function_of_the_text():
