@@ -86,6 +86,7 @@ class Objective:
     def __init__(self, cfg: PretrainConfig, vocab_size: int, specials: Specials):
         """`vocab_size`: the ids the tokenizer learnt (at most `cfg.vocab_size`, the table's rows)."""
         self.cfg, self.specials, self.vocab_size = cfg, specials, vocab_size
+        self.bf16 = uses_bf16(cfg.precision)  # read off the CPU once, not at every update
         encoder = new_encoder(cfg)
         self.model = (MaskedLanguageModel(encoder) if cfg.objective == "mlm"
                       else GapSentenceModel(encoder, cfg.heads, cfg.ffn_dim, cfg.decoder_layers, cfg.dropout))
@@ -123,8 +124,8 @@ def uses_bf16(precision: str) -> bool:
     return precision == "bf16" or (precision == "fast" and cpu_has_native_bf16())
 
 
-def autocast(cfg: PretrainConfig):
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=uses_bf16(cfg.precision))
+def autocast(objective: Objective):
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=objective.bf16)
 
 
 @torch.no_grad()
@@ -133,7 +134,7 @@ def held_out_scores(objective: Objective, rows: list) -> dict[str, float]:
     model = objective.model.eval()
     total = correct = count = 0.0
     for start in range(0, len(rows), objective.cfg.batch_rows):
-        with autocast(objective.cfg):
+        with autocast(objective):
             loss, right, n = objective.loss(objective.batch(rows[start:start + objective.cfg.batch_rows]))
         total += float(loss) * n
         correct += float(right)
@@ -198,7 +199,7 @@ def pretrain(cfg: PretrainConfig, chapters_of: Callable = pretraining_chapters) 
             rows, order = epoch_rows(epoch)
         first = (step % per_epoch) * cfg.batch_rows
         batch = objective.batch([rows[i] for i in order[first:first + cfg.batch_rows]])
-        with autocast(cfg):
+        with autocast(objective):
             loss, _, _ = objective.loss(batch)
         if not math.isfinite(loss.item()):
             raise FloatingPointError(f"pretraining loss {float(loss)} at update {step}")
