@@ -1,7 +1,8 @@
 """Greedy and batched beam search over the incremental model interface (`nn/seq2seq.py`).
 
 Both searches encode each sentence once, expand the `EncoderState` and the decoder cache with
-`index_select`, and feed one token per step to `decode_step`. Call them on a model in eval mode.
+`index_select` (beam search keeps one copy of a sentence's cross-attention keys and values, which
+its k beams read, `nn/attention.py`), and feed one token per step to `decode_step`. Call them on a model in eval mode.
 
 Conventions shared by both:
 - Scores are the model's log-probabilities (log-softmax of its logits), summed over the hypothesis
@@ -40,6 +41,7 @@ from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID
 from lightning_docmt.nn.seq2seq import IncrementalSeq2Seq
 
 NEG_INF = float("-inf")
+RANKING_CHUNK = 64  # tokens per chunk of the candidate ranking (`best_extensions`)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def max_target_lengths(src: Tensor, max_len_a: float, max_len_b: float) -> Tenso
 
 def next_token_log_probs(model: IncrementalSeq2Seq, tokens: Tensor, state, cache, forced_eos: Tensor) -> Tensor:
     """(N, V) log-probabilities of the next token; rows with `forced_eos` may only produce `<eos>`."""
-    lprobs = torch.log_softmax(model.decode_step(tokens, state, cache).float(), dim=-1)
+    lprobs = torch.log_softmax(model.decode_step(tokens, state, cache), dim=-1, dtype=torch.float32)
     lprobs[:, PAD_ID] = NEG_INF
     lprobs[:, BOS_ID] = NEG_INF
     if forced_eos.any():  # most steps force no row: skip building an (N, V) mask
@@ -76,6 +78,38 @@ def next_token_log_probs(model: IncrementalSeq2Seq, tokens: Tensor, state, cache
         lprobs[forced_eos] = NEG_INF
         lprobs[forced_eos, EOS_ID] = eos_log_prob
     return lprobs
+
+
+def best_extensions(lprobs: Tensor, scores: Tensor, count: int) -> tuple[Tensor, Tensor]:
+    """The `count` best one-token extensions of each sentence's k open hypotheses, ranked by summed
+    log-probability: `(scores.view(-1, 1) + lprobs).view(n, k * V).topk(count, dim=1)`, values and
+    indices into (k * V), without adding the scores to all n * k * V log-probabilities or ranking them.
+
+    lprobs (n * k, V), scores (n, k). The log-probabilities are cut into chunks of `RANKING_CHUNK`
+    tokens and each chunk is represented by its best candidate (its maximum plus its beam's score):
+    the `count` best candidates lie in the `count` chunks with the best maxima (a chunk holding one
+    of them has a maximum at least as good as the count-th best, and at most `count` chunks do), so
+    only those chunks are ranked. The values are the same sums; among exactly equal sums the order
+    may differ from a full `topk`, which leaves it unspecified too, and candidates at -inf (more
+    asked for than there are finite ones) may repeat a token."""
+    n, k = scores.shape
+    rows, vocab = lprobs.shape
+    width = RANKING_CHUNK
+    full, tail = divmod(vocab, width)
+    chunk_max = [lprobs[:, :full * width].view(rows, full, width).amax(dim=2)] if full else []  # (n * k, full)
+    if tail:
+        chunk_max.append(lprobs[:, full * width:].amax(dim=1, keepdim=True))  # (n * k, 1)
+    chunk_best = (torch.cat(chunk_max, dim=1) + scores.view(-1, 1)).view(n, -1)  # (n, k * chunks)
+    chunks = chunk_best.size(1) // k
+    picked = chunk_best.topk(min(count, k * chunks), dim=1).indices  # (n, c)
+    beam, chunk = torch.div(picked, chunks, rounding_mode="floor"), picked % chunks
+    columns = chunk[:, :, None] * width + torch.arange(width, device=lprobs.device)  # (n, c, width)
+    past_end = columns >= vocab  # the last chunk's columns past V: read as V - 1, ranked as -inf
+    columns = columns.clamp(max=vocab - 1)
+    rows_read = (torch.arange(n, device=lprobs.device)[:, None] * k + beam)[:, :, None]  # (n, c, 1)
+    values = lprobs[rows_read, columns] + scores.gather(1, beam)[:, :, None]  # (n, c, width)
+    top_scores, position = values.masked_fill(past_end, NEG_INF).view(n, -1).topk(count, dim=1)  # (n, count)
+    return top_scores, (beam[:, :, None] * vocab + columns).view(n, -1).gather(1, position)
 
 
 @torch.no_grad()
@@ -121,7 +155,7 @@ def beam_search_nbest(model: IncrementalSeq2Seq, batch: dict[str, Tensor], beam:
     state = model.encode(batch)
     cache = model.init_cache(state)
     expand = torch.arange(src.size(0), device=device).repeat_interleave(k)
-    state, cache = state.index_select(expand), cache.index_select(expand)
+    state, cache = state.index_select(expand), cache.index_select(expand, shared=k)
 
     rows = torch.arange(src.size(0), device=device)  # batch row of each active sentence (n,)
     scores = torch.full((src.size(0), k), NEG_INF, device=device)  # summed log-probs of the open hypotheses
@@ -136,8 +170,7 @@ def beam_search_nbest(model: IncrementalSeq2Seq, batch: dict[str, Tensor], beam:
         lprobs = next_token_log_probs(model, tokens[:, -1:], state, cache,
                                       (step > max_lens).repeat_interleave(k))  # (n * k, V)
         vocab = lprobs.size(1)
-        candidates = (scores.view(-1, 1) + lprobs).view(n, k * vocab)
-        top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)  # (n, 2k), best first
+        top_scores, top_index = best_extensions(lprobs, scores, min(2 * k, k * vocab))  # (n, 2k), best first
         origin = torch.div(top_index, vocab, rounding_mode="floor")  # beam each candidate extends
         token = top_index % vocab
         is_eos = token.eq(EOS_ID)

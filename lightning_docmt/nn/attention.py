@@ -8,7 +8,9 @@ CPU it is told to use its plain ("math") formulation: PyTorch's CPU flash-attent
 for the short sequences of sentence-level MT, its backward above all (`benchmarks/training_step.py`
 measures both); on GPUs PyTorch picks its fused kernels as usual. A step of incremental decoding on
 a CPU (one query position, no dropout) skips the kernel for two batched products
-(`single_query_attention`), which are the same arithmetic without the kernel's copies.
+(`single_query_attention`), which are the same arithmetic without the kernel's copies; in beam
+search the k beams of a sentence read its cross-attention memory stored once, as one product
+(`grouped_query_attention`).
 
 Two caches serve incremental decoding:
 - an *incremental* cache (self-attention): the keys/values of every step are appended, so step t
@@ -47,7 +49,9 @@ class AttentionCache:
     """Projected keys and values of one attention sublayer, batch-first: (B, H, L, d_k).
 
     `static=True` marks a cache that depends only on the encoder state (cross-attention memory):
-    it is identical for every beam of a sentence, so beam reordering may skip it.
+    it is identical for every beam of a sentence, so beam reordering may skip it, and beam expansion
+    need not copy it: a static cache with `group` = k holds one row per sentence, read by the k
+    consecutive query rows of that sentence's beams (`grouped_query_attention`).
 
     Selecting rows of an incremental cache (`select_rows`: beam reordering, dropping finished
     sentences) is lazy: the rows are taken when the cache is next appended to, in the same copy
@@ -56,9 +60,10 @@ class AttentionCache:
     """
 
     def __init__(self, key: Optional[Tensor] = None, value: Optional[Tensor] = None, static: bool = False,
-                 rows: Optional[Tensor] = None):
+                 rows: Optional[Tensor] = None, group: int = 1):
         self._key, self._value, self.static = key, value, static
         self._rows = rows  # (B',) rows of `_key`/`_value` this cache holds, not taken yet; None: all
+        self.group = group  # static caches: consecutive query rows that read one row of the cache
 
     @property
     def key(self) -> Optional[Tensor]:
@@ -75,13 +80,19 @@ class AttentionCache:
             self._key, self._value = self._key.index_select(0, self._rows), self._value.index_select(0, self._rows)
         self._rows = None
 
-    def select_rows(self, index: Tensor, include_static: bool = True) -> AttentionCache:
+    def select_rows(self, index: Tensor, include_static: bool = True, shared: int = 1) -> AttentionCache:
         """Rows `index` of the batch, as a new cache (this one is left as it is); a static cache is
-        returned as it is when `include_static` is False (see `nn.seq2seq.DecoderCache.index_select`)."""
+        returned as it is when `include_static` is False (see `nn.seq2seq.DecoderCache.index_select`).
+        `shared` > 1: `index` repeats each row `shared` times in a row (beam expansion); a static cache
+        then keeps one row per sentence, shared by the `shared` query rows made from it."""
         if self.static:
             if not include_static or self._key is None:
                 return self
-            return AttentionCache(self._key.index_select(0, index), self._value.index_select(0, index), static=True)
+            group = self.group * shared
+            rows = torch.div(index, self.group, rounding_mode="floor")  # (B',) the cache row each query row reads
+            rows = one_row_per_group(rows, group) if group > 1 else rows
+            return AttentionCache(self._key.index_select(0, rows), self._value.index_select(0, rows), static=True,
+                                  group=group)
         rows = index if self._rows is None else self._rows.index_select(0, index)
         return AttentionCache(self._key, self._value, rows=rows)
 
@@ -96,6 +107,17 @@ class AttentionCache:
             self._key = rows_then_positions(self._key, self._rows, key)
             self._value = rows_then_positions(self._value, self._rows, value)
             self._rows = None
+
+
+def one_row_per_group(rows: Tensor, group: int) -> Tensor:
+    """(B',) cache rows read by B' query rows -> (B' / group,) one per `group` consecutive query rows,
+    which must all read the same row (a selection keeps a sentence's beams together)."""
+    if rows.numel() % group:
+        raise ValueError(f"{rows.numel()} rows do not split into groups of {group}")
+    grouped = rows.view(-1, group)  # (B' / group, group)
+    if not grouped.eq(grouped[:, :1]).all():
+        raise ValueError(f"a selection of rows splits a group of {group} rows that share a static cache row")
+    return grouped[:, 0]
 
 
 def rows_then_positions(cached: Tensor, rows: Tensor, new: Tensor) -> Tensor:
@@ -214,20 +236,23 @@ class MultiHeadAttention(nn.Module):
             length = q.size(1)
             mask = mask & torch.ones(length, key.size(2), dtype=torch.bool, device=query.device).tril()
             causal = False
-        context = scaled_dot_product_attention(
-            self._split_heads(q), key, value, mask=mask,
-            dropout=self.dropout if self.training else 0.0, causal=causal)  # (B, H, T, d_k)
+        dropout = self.dropout if self.training else 0.0
+        if static and cache.group > 1:  # the beams of a sentence read its one row of the cache
+            context = grouped_query_attention(self._split_heads(q), key, value, mask, dropout, cache.group)
+        else:
+            context = scaled_dot_product_attention(self._split_heads(q), key, value, mask, dropout, causal)
+        # context: (B, H, T, d_k)
         batch, _, length, _ = context.shape
         context = context.transpose(1, 2).reshape(batch, length, d)  # (B, T, D)
         return self.out_proj(context if packing is None else packing.pack(context))  # (B, T, D), or (N, D)
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],
-                                 dropout: float, causal: bool) -> Tensor:
+                                 dropout: float, causal: bool, decoding_step: bool = False) -> Tensor:
     """`F.scaled_dot_product_attention` over (B, H, L, d_k) tensors, with the math kernel on a CPU;
-    one query position on a CPU without dropout (a step of incremental decoding) is
-    `single_query_attention`."""
-    if query.device.type == "cpu" and query.size(2) == 1 and dropout == 0.0:
+    a step of incremental decoding on a CPU without dropout (one query position, or the stacked
+    beams of `grouped_query_attention`: `decoding_step`) is `single_query_attention`."""
+    if query.device.type == "cpu" and (query.size(2) == 1 or decoding_step) and dropout == 0.0 and not causal:
         return single_query_attention(query, key, value, mask)
     kernels = sdpa_kernel(CPU_ATTENTION_BACKENDS) if query.device.type == "cpu" else nullcontext()
     with kernels:
@@ -235,15 +260,34 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask
                                               is_causal=causal)
 
 
+def grouped_query_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor], dropout: float,
+                            group: int) -> Tensor:
+    """Attention of B' = n * `group` query rows (B', H, T, d_k) over a memory stored once per sentence,
+    key/value (n, H, S, d_k): query rows i * group .. (i + 1) * group - 1 read memory row i (the beams
+    of sentence i, `AttentionCache.group`). The same values as attending from every row to its own
+    copy of the memory, without making the copies and with one product per sentence instead of one
+    per beam. mask: None, or a key mask (B', 1, 1, S), equal within a group."""
+    rows, heads, length, d_k = query.shape
+    sentences = rows // group
+    if mask is not None and mask.size(2) != 1:
+        raise ValueError("grouped query attention takes a key mask (B, 1, 1, S), not one per query position")
+    stacked = query.view(sentences, group, heads, length, d_k).transpose(1, 2).reshape(
+        sentences, heads, group * length, d_k)  # (n, H, group * T, d_k)
+    context = scaled_dot_product_attention(stacked, key, value, None if mask is None else mask[::group], dropout,
+                                           causal=False, decoding_step=True)  # (n, H, group * T, d_k)
+    return context.view(sentences, heads, group, length, d_k).transpose(1, 2).reshape(rows, heads, length, d_k)
+
+
 def single_query_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor]) -> Tensor:
-    """softmax(q K^T / sqrt(d_k)) V for one query position, query (B, H, 1, d_k), as two batched
-    matrix products. The same result as PyTorch's math kernel (a key row that the mask leaves
-    empty gives zeros, as its safe softmax does) at less than half its time on a CPU for the shapes
-    of a decoding step: the math kernel's mask conversion and scaling copies cost more than the
-    products themselves here (`benchmarks/peers.py` measures the beam search)."""
-    scores = torch.matmul(query, key.transpose(-1, -2)) * query.size(-1) ** -0.5  # (B, H, 1, S)
+    """softmax(q K^T / sqrt(d_k)) V for the queries of a decoding step, query (B, H, Q, d_k): one
+    position per row (Q = 1), or the k beams of a sentence stacked (Q = k, `grouped_query_attention`),
+    under a key mask; as two batched matrix products. The same result as PyTorch's math kernel (a
+    key row that the mask leaves empty gives zeros, as its safe softmax does) at less than half its
+    time on a CPU for the shapes of a decoding step: the math kernel's mask conversion and scaling
+    copies cost more than the products themselves here (`benchmarks/peers.py` measures the beam search)."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * query.size(-1) ** -0.5  # (B, H, Q, S)
     if mask is None:
-        return torch.matmul(scores.softmax(dim=-1), value)  # (B, H, 1, d_k)
+        return torch.matmul(scores.softmax(dim=-1), value)  # (B, H, Q, d_k)
     weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
     weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # nothing to attend: zeros
-    return torch.matmul(weights, value)  # (B, H, 1, d_k)
+    return torch.matmul(weights, value)  # (B, H, Q, d_k)

@@ -36,22 +36,22 @@ T = TypeVar("T")
 PLACEHOLDER_VOCAB = 16  # vocabulary size of the models `parameter_names` builds
 
 
-def select_rows(value: T, index: Tensor, include_static: bool = True) -> T:
+def select_rows(value: T, index: Tensor, include_static: bool = True, shared: int = 1) -> T:
     """Rows `index` of every batch-first tensor inside `value` (tensors, dataclasses, dicts, lists,
     tuples); an `AttentionCache` selects its own (lazily; a static one stays as it is unless
-    `include_static`)."""
+    `include_static`, and keeps one row for the `shared` consecutive rows of a beam expansion)."""
     if isinstance(value, Tensor):
         return value.index_select(0, index)
     if isinstance(value, AttentionCache):
-        return value.select_rows(index, include_static)
+        return value.select_rows(index, include_static, shared)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.replace(value, **{
-            f.name: select_rows(getattr(value, f.name), index, include_static)
+            f.name: select_rows(getattr(value, f.name), index, include_static, shared)
             for f in dataclasses.fields(value) if f.init})
     if isinstance(value, dict):
-        return {key: select_rows(item, index, include_static) for key, item in value.items()}
+        return {key: select_rows(item, index, include_static, shared) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(select_rows(item, index, include_static) for item in value)
+        return type(value)(select_rows(item, index, include_static, shared) for item in value)
     return value
 
 
@@ -84,10 +84,13 @@ class DecoderCache:
     layers: list[dict[str, Any]] = field(default_factory=list)
     step: int = 0
 
-    def index_select(self, index: Tensor, include_static: bool = True) -> DecoderCache:
+    def index_select(self, index: Tensor, include_static: bool = True, shared: int = 1) -> DecoderCache:
         """Rows `index` of the batch. `include_static=False` keeps the static (cross-attention) caches as
-        they are, which is valid only when every row is replaced by a row of the same sentence (beam reordering)."""
-        return select_rows(self, index, include_static)
+        they are, which is valid only when every row is replaced by a row of the same sentence (beam
+        reordering). `shared` > 1 marks a beam expansion, `index` repeating each row `shared` times in a
+        row: a static cache then keeps one row per sentence, which its `shared` rows read
+        (`nn.attention.grouped_query_attention`), instead of `shared` copies of it."""
+        return select_rows(self, index, include_static, shared)
 
 
 class IncrementalSeq2Seq(Protocol):

@@ -11,7 +11,14 @@ import torch
 from torch import Tensor
 
 from lightning_docmt.batch import BOS_ID, EOS_ID, PAD_ID
-from lightning_docmt.inference.decoding import Hypothesis, beam_search, beam_search_nbest, greedy_search
+from lightning_docmt.inference.decoding import (
+    RANKING_CHUNK,
+    Hypothesis,
+    beam_search,
+    beam_search_nbest,
+    best_extensions,
+    greedy_search,
+)
 from lightning_docmt.nn.scoring import sequence_log_probs
 from lightning_docmt.nn.seq2seq import DecoderCache, EncoderState
 from tests.helpers.model_inputs import padded, random_batch, tiny_model
@@ -177,6 +184,29 @@ def test_sequence_log_probs_sum_target_tokens_and_ignore_padding():
 
 def real_batch() -> dict[str, Tensor]:
     return random_batch([4, 7, 2, 5], [1, 1, 1, 1], seed=3)
+
+
+@pytest.mark.parametrize("sentences,beam,vocab", [
+    (5, 4, 8 * RANKING_CHUNK),  # whole chunks
+    (3, 3, 3 * RANKING_CHUNK + 17),  # a short last chunk
+    (2, 4, 11),  # fewer tokens than one chunk
+    (4, 1, 2 * RANKING_CHUNK - 1),
+])
+def test_ranking_the_best_chunks_finds_the_best_extensions_of_a_full_ranking(sentences, beam, vocab):
+    torch.manual_seed(vocab)
+    lprobs = torch.randn(sentences * beam, vocab).log_softmax(dim=-1)
+    lprobs[:, PAD_ID] = lprobs[:, BOS_ID] = float("-inf")
+    scores = torch.randn(sentences, beam) * 3
+    scores[0, 1:] = float("-inf")  # a sentence at its first step: one open hypothesis
+    lprobs[beam:2 * beam] = float("-inf")  # sentence 1: nothing left but its last beam's <eos>
+    lprobs[2 * beam - 1, EOS_ID] = -0.5
+    count = min(2 * beam, beam * vocab)
+    want_scores, want_index = (scores.view(-1, 1) + lprobs).view(sentences, -1).topk(count, dim=1)
+    got_scores, got_index = best_extensions(lprobs, scores, count)
+    assert torch.equal(got_scores, want_scores)
+    finite = want_scores.isfinite()  # the order among the -inf candidates is unspecified on both sides
+    assert torch.equal(got_index[finite], want_index[finite])
+    assert finite[1].sum() == 1
 
 
 def test_beam_of_one_is_greedy_on_a_transformer():

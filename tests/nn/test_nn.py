@@ -299,6 +299,31 @@ def test_decoder_cache_index_select_can_leave_static_caches():
     assert cache.layers[0]["self"].key.flatten().tolist() == [0.0, 1.0, 2.0]  # the original is untouched
 
 
+def test_the_beams_of_a_sentence_read_one_copy_of_its_static_cache_and_attend_as_with_their_own():
+    mha = MultiHeadAttention(D, H).eval()
+    memory = torch.randn(3, 7, D)
+    pad = torch.tensor([[False] * 7, [False] * 4 + [True] * 3, [False] * 2 + [True] * 5])
+    cache = DecoderCache(layers=[{"self": AttentionCache(), "cross": mha.static_cache(memory)}])
+    beam = 4
+    expand = torch.arange(3).repeat_interleave(beam)  # (12,): each sentence's rows in a row
+    shared = cache.index_select(expand, shared=beam).layers[0]["cross"]
+    copied = cache.index_select(expand).layers[0]["cross"]
+    assert shared.key.shape[0] == 3 and shared.group == beam  # one row per sentence, not one per beam
+    assert copied.key.shape[0] == 12 and copied.group == 1
+    query, mask = torch.randn(12, 1, D), key_mask(pad).index_select(0, expand)
+    assert torch.allclose(mha(query, None, mask, cache=shared), mha(query, None, mask, cache=copied), atol=1e-6)
+
+    keep = torch.tensor([0, 2]).repeat_interleave(beam) * beam + torch.arange(beam).repeat(2)  # drop sentence 1
+    kept = shared.select_rows(keep)
+    assert kept.key.shape[0] == 2 and kept.group == beam
+    assert torch.equal(kept.key, shared.key[[0, 2]])
+    assert torch.allclose(mha(query[keep], None, mask[keep], cache=kept),
+                          mha(query[keep], None, mask[keep], cache=copied.select_rows(keep)), atol=1e-6)
+    assert shared.select_rows(keep.flip(0)).key.shape[0] == 2  # a sentence's beams in another order: fine
+    with pytest.raises(ValueError, match="splits a group"):
+        shared.select_rows(torch.tensor([0, 1, 2, 4]))  # one row of sentence 1 among sentence 0's
+
+
 def test_select_rows_handles_containers_and_empty_caches():
     value = {"a": [torch.tensor([1, 2, 3]), (torch.tensor([[4], [5], [6]]), 7)], "b": AttentionCache()}
     picked = select_rows(value, torch.tensor([2]))
