@@ -124,9 +124,11 @@ def output_dir(cfg: PretrainConfig) -> Path:
     return Path(cfg.cache_dir) / "pretrained" / f"{cfg.objective}-{cfg.lang}-{pretrain_key(cfg)}"
 
 
-def archived_dir(cfg: PretrainConfig) -> Path:
-    """Where `docmt archive` keeps the pretrained encoder of `cfg` in a checkout."""
-    return ARCHIVED_ENCODERS / output_dir(cfg).name
+def archived_dir(cfg: PretrainConfig, archive: Path | None = None) -> Path:
+    """Where `docmt archive` keeps the pretrained encoder of `cfg`: in the checkout's archive of
+    measured runs, or in the archive rooted at `archive` (`docmt archive --to`)."""
+    encoders = ARCHIVED_ENCODERS if archive is None else archive / ARCHIVED_ENCODERS.name
+    return encoders / output_dir(cfg).name
 
 
 def finished_output(cfg: PretrainConfig) -> Path | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from lightning_docmt.config.pretraining import ARCHIVED_ENCODERS, DONE_FILE, PretrainConfig, output_dir
+from lightning_docmt.config.pretraining import DONE_FILE, PretrainConfig, archived_dir, output_dir
 from lightning_docmt.errors import DocMTInputError
 
 
@@ -23,7 +23,7 @@ def archive_encoder(cfg: PretrainConfig, archive: Path, file: str) -> Path:
     if not (source / DONE_FILE).is_file():
         raise DocMTInputError(f"no finished encoder of it in the cache ({source}): run `docmt pretrain {file}` first",
                               path=file)
-    target = archive / ARCHIVED_ENCODERS.name / source.name
+    target = archived_dir(cfg, archive)
     partial = target.parent / f".{target.name}.tmp"
     shutil.rmtree(partial, ignore_errors=True)
     shutil.copytree(source, partial)
