@@ -18,9 +18,6 @@ Two caches serve incremental decoding:
   in the copy that appends the next step;
 - a *static* cache (cross-attention): the keys/values of a fixed memory (encoder output, context
   encoding) are projected once, when the cache is created, and reused at every step.
-Beam search replaces the incremental cache with a `BeamHistoryCache` (`nn/beam_history.py`), whose
-keys and values stay where they were written and each beam attends over its own history among
-its sentence's keys, so that reordering the beams copies no keys or values.
 
 Packed positions (`nn/packing.py`): a query given as the real positions of a batch (N, D) with
 their `packing` is projected as it is and laid out (B, T, ...) only for the scores, and the output
@@ -43,7 +40,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from lightning_docmt.nn.beam_history import BeamHistoryCache, one_row_per_group
 from lightning_docmt.nn.packing import Packing
 
 CPU_ATTENTION_BACKENDS = [SDPBackend.MATH]
@@ -97,8 +93,6 @@ class AttentionCache:
             rows = one_row_per_group(rows, group) if group > 1 else rows
             return AttentionCache(self._key.index_select(0, rows), self._value.index_select(0, rows), static=True,
                                   group=group)
-        if shared > 1 and self._key is None:  # beam search starts: a cache that never reorders
-            return BeamHistoryCache(shared)
         rows = index if self._rows is None else self._rows.index_select(0, index)
         return AttentionCache(self._key, self._value, rows=rows)
 
@@ -113,6 +107,17 @@ class AttentionCache:
             self._key = rows_then_positions(self._key, self._rows, key)
             self._value = rows_then_positions(self._value, self._rows, value)
             self._rows = None
+
+
+def one_row_per_group(rows: Tensor, group: int) -> Tensor:
+    """(B',) cache rows read by B' query rows -> (B' / group,) one per `group` consecutive query rows,
+    which must all read the same row (a selection keeps a sentence's beams together)."""
+    if rows.numel() % group:
+        raise ValueError(f"{rows.numel()} rows do not split into groups of {group}")
+    grouped = rows.view(-1, group)  # (B' / group, group)
+    if not grouped.eq(grouped[:, :1]).all():
+        raise ValueError(f"a selection of rows splits a group of {group} rows that share a static cache row")
+    return grouped[:, 0]
 
 
 def rows_then_positions(cached: Tensor, rows: Tensor, new: Tensor) -> Tensor:
@@ -203,7 +208,7 @@ class MultiHeadAttention(nn.Module):
         return self.static_cache(memory.states, memory.packing)
 
     def forward(self, query: Tensor, memory: Optional[Tensor] = None, mask: Optional[Tensor] = None,
-                causal: bool = False, cache: Optional[AttentionCache | BeamHistoryCache] = None,
+                causal: bool = False, cache: Optional[AttentionCache] = None,
                 packing: Optional[Packing] = None) -> Tensor:
         """Attend from `query` (B, T, D) to `memory` (B, S, D), or to `query` itself when `memory` is None.
 
@@ -224,22 +229,17 @@ class MultiHeadAttention(nn.Module):
             q = F.linear(query, self.in_proj_weight[:d], self.in_proj_bias[:d])
             q = q if packing is None else packing.unpack(q)  # (B, T, D)
             key, value = (cache.key, cache.value) if static else self.project_memory(memory)
-        dropout = self.dropout if self.training else 0.0
-        if isinstance(cache, BeamHistoryCache):  # each beam over its own history among its sentence's keys
+        if cache is not None and not cache.static:
             cache.append(key, value)
-            keys, values, histories = cache.histories()
-            context = grouped_query_attention(self._split_heads(q), keys, values, histories, dropout, cache.beam)
-        elif static and cache.group > 1:  # the beams of a sentence read its one row of the cache
-            context = grouped_query_attention(self._split_heads(q), key, value,
-                                              None if mask is None else mask[::cache.group], dropout, cache.group)
+            key, value = cache.key, cache.value
+        if causal and mask is not None:
+            length = q.size(1)
+            mask = mask & torch.ones(length, key.size(2), dtype=torch.bool, device=query.device).tril()
+            causal = False
+        dropout = self.dropout if self.training else 0.0
+        if static and cache.group > 1:  # the beams of a sentence read its one row of the cache
+            context = grouped_query_attention(self._split_heads(q), key, value, mask, dropout, cache.group)
         else:
-            if cache is not None and not cache.static:
-                cache.append(key, value)
-                key, value = cache.key, cache.value
-            if causal and mask is not None:
-                length = q.size(1)
-                mask = mask & torch.ones(length, key.size(2), dtype=torch.bool, device=query.device).tril()
-                causal = False
             context = scaled_dot_product_attention(self._split_heads(q), key, value, mask, dropout, causal)
         # context: (B, H, T, d_k)
         batch, _, length, _ = context.shape
@@ -262,17 +262,19 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask
 
 def grouped_query_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor], dropout: float,
                             group: int) -> Tensor:
-    """Attention of B' = n * `group` query rows (B', H, T, d_k) over keys/values held once per
-    sentence, (n, H, S, d_k): query rows i * group .. (i + 1) * group - 1 read row i (the beams of
-    sentence i: its cross-attention memory, `AttentionCache.group`, or its beams' histories,
-    `BeamHistoryCache`). One product per sentence instead of one per beam, over no copies.
-    mask: None, or per sentence (n, 1, 1, S) or per stacked query (n, 1, group * T, S)."""
+    """Attention of B' = n * `group` query rows (B', H, T, d_k) over a memory stored once per sentence,
+    key/value (n, H, S, d_k): query rows i * group .. (i + 1) * group - 1 read memory row i (the beams
+    of sentence i, `AttentionCache.group`). The same values as attending from every row to its own
+    copy of the memory, without making the copies and with one product per sentence instead of one
+    per beam. mask: None, or a key mask (B', 1, 1, S), equal within a group."""
     rows, heads, length, d_k = query.shape
     sentences = rows // group
+    if mask is not None and mask.size(2) != 1:
+        raise ValueError("grouped query attention takes a key mask (B, 1, 1, S), not one per query position")
     stacked = query.view(sentences, group, heads, length, d_k).transpose(1, 2).reshape(
         sentences, heads, group * length, d_k)  # (n, H, group * T, d_k)
-    context = scaled_dot_product_attention(stacked, key, value, mask, dropout, causal=False,
-                                           decoding_step=True)  # (n, H, group * T, d_k)
+    context = scaled_dot_product_attention(stacked, key, value, None if mask is None else mask[::group], dropout,
+                                           causal=False, decoding_step=True)  # (n, H, group * T, d_k)
     return context.view(sentences, heads, group, length, d_k).transpose(1, 2).reshape(rows, heads, length, d_k)
 
 

@@ -30,7 +30,6 @@ import torch
 from torch import Tensor, nn
 
 from lightning_docmt.nn.attention import AttentionCache, AttentionMemory
-from lightning_docmt.nn.beam_history import BeamHistoryCache
 from lightning_docmt.nn.model_hooks import LossTerms, OptimizerPhase, OutputLoss
 
 T = TypeVar("T")
@@ -43,7 +42,7 @@ def select_rows(value: T, index: Tensor, include_static: bool = True, shared: in
     `include_static`, and keeps one row for the `shared` consecutive rows of a beam expansion)."""
     if isinstance(value, Tensor):
         return value.index_select(0, index)
-    if isinstance(value, (AttentionCache, BeamHistoryCache)):
+    if isinstance(value, AttentionCache):
         return value.select_rows(index, include_static, shared)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.replace(value, **{
@@ -90,8 +89,7 @@ class DecoderCache:
         they are, which is valid only when every row is replaced by a row of the same sentence (beam
         reordering). `shared` > 1 marks a beam expansion, `index` repeating each row `shared` times in a
         row: a static cache then keeps one row per sentence, which its `shared` rows read
-        (`nn.attention.grouped_query_attention`), instead of `shared` copies of it, and an empty
-        incremental cache becomes one that beam reordering never copies (`nn/beam_history.py`)."""
+        (`nn.attention.grouped_query_attention`), instead of `shared` copies of it."""
         return select_rows(self, index, include_static, shared)
 
 
