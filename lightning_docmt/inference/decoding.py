@@ -2,7 +2,8 @@
 
 Both searches encode each sentence once, expand the `EncoderState` and the decoder cache with
 `index_select` (beam search keeps one copy of a sentence's cross-attention keys and values, which
-its k beams read, `nn/attention.py`), and feed one token per step to `decode_step`. Call them on a model in eval mode.
+its k beams read, `nn/attention.py`), and feed one token per step to `decode_step`. Call them on a
+model in eval mode.
 
 Conventions shared by both:
 - Scores are the model's log-probabilities (log-softmax of its logits), summed over the hypothesis
