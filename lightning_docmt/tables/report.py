@@ -31,10 +31,12 @@ def marked_metric(table: Table) -> str:
 
 
 def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
-                   *, context: str = "", significance: Significance | None = None) -> Path:
+                   *, context: str = "", significance: Significance | None = None,
+                   changes: Sequence[str] = ()) -> Path:
     """The table as Markdown: per metric our mean ± sd (n), and, where they mean something, the
     change against the baseline row (seed by seed, tables/effects.py) and the paper's number and
-    change; rows not run are named in one line; per-seed values and p-values of the marked metric."""
+    change; rows not run are named in one line; per-seed values and p-values of the marked metric;
+    then `changes`, the lines of the changes between rows (tables/change_results.py)."""
     significance = significance or {}
     marked = marked_metric(table)
     shown = [s for s in summaries if s.ran]
@@ -78,6 +80,7 @@ def write_markdown(table: Table, summaries: Sequence[RowSummary], path: Path,
         lines += ["", "Not run: " + ", ".join(f"`{name}`" for name in not_run) + "."]
     lines += per_seed_section(shown, marked if marked in table.metrics else table.metrics[0], significance,
                               tested=table.baseline is not None)
+    lines += changes
     failures = [r for s in summaries for r in s.records if r.status == FAILED]
     if failures:
         lines += ["", "Failed runs:", ""]

@@ -11,7 +11,8 @@ Each run lives in `results/<table id>/<row>/seed<S>/`:
                    finished, so a re-run skips it
     error.json     why the last attempt failed (removed when the run is retried)
 
-and the table in `results/<table id>/table.{md,csv,png}`. Checkpoints stay in each stage's folder
+and the table in `results/<table id>/table.{md,csv,png}` (`changes.csv` too for a table with
+`changes:`, tables/change_results.py). Checkpoints stay in each stage's folder
 (`<row>/seed<S>/<stage>/checkpoints/`) and in the stage cache. A failing run is recorded and the
 others continue. Every selected row is composed before anything runs: a row whose config does not
 compose (a bad key or value in its overrides) is announced then, left out and recorded as failed
@@ -67,6 +68,12 @@ from lightning_docmt.distributed import in_process_group, is_global_zero, progre
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.device import planned_processes, with_device
 from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
+from lightning_docmt.tables.change_results import (
+    ChangeResult,
+    markdown_lines,
+    measure_changes,
+    write_changes_csv,
+)
 from lightning_docmt.tables.curve import curve_points, write_curve_csv, write_curve_png
 from lightning_docmt.tables.dashboard import log_table_to_wandb
 from lightning_docmt.tables.figures import write_table_figures
@@ -111,6 +118,7 @@ class TableResults:
 
     summaries: list[RowSummary]
     tested: dict[str, RowSignificance]
+    changes: list[ChangeResult] = field(default_factory=list)  # the table's `changes:`, measured
 
 
 @dataclass
@@ -194,10 +202,12 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
                     "decode.*); the test split was never read.")
     marks = {row: (t.mark, t.p_values) for row, t in results.tested.items()}
     outputs = {"md": write_markdown(table, summaries, out_dir / "table.md", context=context,
-                                    significance=marks),
+                                    significance=marks, changes=markdown_lines(table, results.changes)),
                "csv": write_csv(table, summaries, out_dir / "table.csv", significance=marks),
                **write_table_figures(table, summaries, {row: mark for row, (mark, _) in marks.items()},
                                      out_dir)}
+    if table.changes:
+        outputs["changes_csv"] = write_changes_csv(table, results.changes, out_dir / "changes.csv")
     if table.curve is not None:
         finished = {s.row.name: [r.metrics for r in s.records if r.succeeded] for s in summaries}
         points = curve_points(table.curve, finished)
@@ -219,7 +229,7 @@ def table_results(table: Table, results_dir: str | Path, seeds: Sequence[int] | 
     on_disk = [r for r in collect_records(table, results_dir, seeds) if r.row not in left_out]
     summaries = summarize(table, [*on_disk, *broken])
     tested = row_significance(summaries, table.baseline) if table.baseline else {}
-    return TableResults(summaries=summaries, tested=tested)
+    return TableResults(summaries=summaries, tested=tested, changes=measure_changes(table, summaries))
 
 
 def fit_commands(table: Table, plan: Sequence[PlannedRun], profile: str | None,

@@ -17,6 +17,8 @@
                                           # its metrics are `valid/...` (data.report_split)
     curve: {metric: ..., x: ..., series: ...}   # optional: a figure of a metric against an x
                                           # each run reports (tables/curve.py)
+    changes: [{name: ..., of: [[row, against]], paper: {...}}]   # optional: changes between rows
+                                          # the paper states (tables/changes.py)
     notes: free text                      # optional
     rows:
       - {name: none, overrides: [model.context_attn.encoder=false], paper: {test/bleu: 45.97}}
@@ -40,10 +42,12 @@ from lightning_docmt.config.yaml_file import YamlFile
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.contrastive_scoring import CORPUS_SUITE
 from lightning_docmt.tables import contrastive_columns
+from lightning_docmt.tables.changes import Change, parse_changes
 from lightning_docmt.tables.curve import Curve, parse_curve
 from lightning_docmt.tables.values import is_finite_number
 
-TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "baseline", "evaluate", "curve", "notes")
+TABLE_KEYS = ("id", "title", "metrics", "base", "rows", "seeds", "baseline", "evaluate", "curve", "changes",
+              "notes")
 EVALUATED_SPLITS = ("test", "valid", "valid_report")
 ROW_KEYS = ("name", "overrides", "paper", "notes")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # used as a folder name
@@ -71,6 +75,7 @@ class Table:
     baseline: str | None = None
     evaluate: str = "test"  # "valid": a selection table, scored on valid, test never decoded
     curve: Curve | None = None
+    changes: tuple[Change, ...] = ()
 
     @property
     def path(self) -> Path:
@@ -201,9 +206,10 @@ def load_table(path: str | Path) -> Table:
                        f"not a valid/ metric (valid/bleu, valid/chrf, valid/cxmi, valid/random_ctx/...)",
                        "metrics")
     curve = parse_curve(data["curve"], metrics, [r.name for r in rows], fail) if "curve" in data else None
+    changes = parse_changes(data["changes"], metrics, [r.name for r in rows], fail) if "changes" in data else ()
     return Table(file=file, id=table_id, title=data["title"], metrics=tuple(metrics),
                  base=tuple(base), rows=rows, seeds=seeds, notes=notes, baseline=baseline,
-                 evaluate=evaluate, curve=curve)
+                 evaluate=evaluate, curve=curve, changes=changes)
 
 
 def compose_row(table: Table | str | Path, row_name: str, profile: str | None = None,
