@@ -22,15 +22,18 @@ and the layer goes on from T (its FFN). Readings (docs/papers/donato2021.md sect
   The draws are a function of (`seed`, the layer, the number of training passes so far), and that
   number is a buffer of the module: a resumed run draws what the uninterrupted run would have.
 
-Both branches are computed in training and the chosen one is selected with `torch.where`, so the
-other branch's parameters get a zero gradient rather than none (DDP needs every parameter in the
-graph; BERT-fused's drop-net multiplies by 0 or 1 for the same reason).
+In training only the drawn branch is computed (half of the stack's and of the branch point's work
+is saved); the trainable parameters of the branch not drawn are added to its output with weight 0,
+so they get a zero gradient rather than none (DDP needs every trainable parameter in the graph;
+BERT-fused's drop-net multiplies by 0 or 1 for the same reason). Adding 0 leaves the output as it
+was, so the step's gradients are those of computing both branches and keeping one; only the random
+draws of the branch not computed (its dropout) are not made.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -91,12 +94,22 @@ class DropBranch(nn.Module):
         self.draws += 1
         return u >= 0.5
 
-    def forward(self, original: Tensor, stack: Tensor) -> Tensor:
-        """R, S (B, T, D) -> T (B, T, D)."""
+    def forward(self, original: Callable[[], Tensor], stack: Callable[[], Tensor]) -> Tensor:
+        """T (B, T, D) from the calls that compute R and S (B, T, D): in training the drawn one alone,
+        its output bit for bit (the other is not called); in evaluation 1/2 (R + S)."""
         if not self.training:
-            return 0.5 * (original + stack)
-        keep = torch.tensor(self.keeps_original(), device=original.device)
-        return torch.where(keep, original, stack)  # one branch bit for bit; both stay in the graph
+            return 0.5 * (original() + stack())
+        return original() if self.keeps_original() else stack()
+
+
+def with_zero_gradient(out: Tensor, other: nn.Module) -> Tensor:
+    """`out` + 0 x (the sum of `other`'s trainable parameters): the same values, and `other`'s
+    parameters in the graph with a zero gradient (`other`: the branch that was not computed).
+    Without gradients or trainable parameters, `out` itself."""
+    trainable = [p for p in other.parameters() if p.requires_grad]
+    if not trainable or not torch.is_grad_enabled():
+        return out
+    return out + 0.0 * torch.stack([p.sum() for p in trainable]).sum()
 
 
 class ContextStack(nn.Module):
@@ -151,8 +164,12 @@ class ParallelStackLayer(TransformerLayer):
         for name, block in self.items():
             if name == STACK:
                 continue
-            out = block(x, inputs, None if cache is None else cache.get(name))
-            if name == self.branch_at:  # R = out, S = the stack over the same input x
-                out = stack.drop_branch(out, stack(x, inputs, None if cache is None else cache[STACK]))
-            x = out
+            own_cache = None if cache is None else cache.get(name)
+            if name == self.branch_at:  # R = the sublayer over x, S = the stack over the same x
+                stack_cache = None if cache is None else cache[STACK]
+                x = stack.drop_branch(
+                    lambda: with_zero_gradient(block(x, inputs, own_cache), stack),
+                    lambda: with_zero_gradient(stack(x, inputs, stack_cache), block))
+            else:
+                x = block(x, inputs, own_cache)
         return x

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -16,6 +17,7 @@ from lightning_docmt.nn.parallel_stack import (
     ContextStack,
     DropBranch,
     ParallelStackLayer,
+    branch_draw,
 )
 from lightning_docmt.nn.residual import LAYER_NORM_EPS
 
@@ -71,7 +73,7 @@ def test_drop_branch_returns_one_branch_bit_for_bit_each_half_the_time_and_each_
     first, second = DropBranch(layer=0).train(), DropBranch(layer=1).train()
     takes_stack = []
     for _ in range(DRAWS):
-        out_first, out_second = first(r, s), second(r, s)
+        out_first, out_second = first(lambda: r, lambda: s), second(lambda: r, lambda: s)
         assert torch.equal(out_first, r) or torch.equal(out_first, s)  # never a mixture
         takes_stack.append((torch.equal(out_first, s), torch.equal(out_second, s)))
     share = sum(a for a, _ in takes_stack) / DRAWS
@@ -85,22 +87,23 @@ def test_drop_branch_returns_one_branch_bit_for_bit_each_half_the_time_and_each_
 def test_in_evaluation_drop_branch_is_the_mean_of_the_branches_and_draws_nothing():
     r, s = torch.randn(2, 3, D), torch.randn(2, 3, D)
     drop = DropBranch(layer=0).eval()
-    assert torch.equal(drop(r, s), 0.5 * (r + s)) and torch.equal(drop(r, s), drop(r, s))
+    branches = (lambda: r, lambda: s)
+    assert torch.equal(drop(*branches), 0.5 * (r + s)) and torch.equal(drop(*branches), drop(*branches))
     assert int(drop.draws) == 0
 
 
 def test_the_draws_after_a_resume_are_those_of_the_uninterrupted_run():
-    r, s = torch.zeros(1, 1, 1), torch.ones(1, 1, 1)
+    branches = (lambda: torch.zeros(1, 1, 1), lambda: torch.ones(1, 1, 1))
     uninterrupted = DropBranch(layer=3, seed=7).train()
-    picks = [float(uninterrupted(r, s)) for _ in range(40)]
+    picks = [float(uninterrupted(*branches)) for _ in range(40)]
     interrupted = DropBranch(layer=3, seed=7).train()
     for _ in range(25):
-        interrupted(r, s)
+        interrupted(*branches)
     resumed = DropBranch(layer=3, seed=7).train()
     resumed.load_state_dict(interrupted.state_dict())
-    assert [float(resumed(r, s)) for _ in range(15)] == picks[25:]
+    assert [float(resumed(*branches)) for _ in range(15)] == picks[25:]
     other_seed = DropBranch(layer=3, seed=8).train()
-    assert [float(other_seed(r, s)) for _ in range(40)] != picks
+    assert [float(other_seed(*branches)) for _ in range(40)] != picks
 
 
 def test_a_parallel_layer_keeps_the_sentence_layers_names_and_adds_the_stack_beside_its_branch_point():
@@ -131,14 +134,49 @@ def test_an_encoder_layer_runs_its_ffn_on_the_original_or_the_stack_branch_or_th
     assert {tuple(ffn(r, inputs).flatten()[:3].tolist()), tuple(ffn(s, inputs).flatten()[:3].tolist())} == outputs
 
 
-def test_every_parameter_gets_a_gradient_whichever_branch_is_drawn():
-    """DDP requires a gradient for every parameter; the branch not drawn gets zeros."""
+def test_in_training_only_the_drawn_branch_is_computed():
+    calls = {"original": 0, "stack": 0}
+
+    def branch(name: str, value: torch.Tensor):
+        def compute() -> torch.Tensor:
+            calls[name] += 1
+            return value
+        return compute
+
+    drop = DropBranch(layer=0).train()
+    r, s = torch.randn(2, 3, D), torch.randn(2, 3, D)
+    outputs = [drop(branch("original", r), branch("stack", s)) for _ in range(20)]
+    assert calls["original"] + calls["stack"] == 20 and min(calls.values()) > 0
+    assert calls["stack"] == sum(torch.equal(out, s) for out in outputs)
+    drop.eval()
+    assert torch.equal(drop(branch("original", r), branch("stack", s)), 0.5 * (r + s))
+    assert calls["original"] + calls["stack"] == 22  # evaluation computes both
+
+
+def test_the_drawn_branch_gets_the_gradient_of_the_layer_through_it_and_the_other_one_zeros():
+    """DDP requires a gradient for every trainable parameter: the branch not drawn, not computed,
+    gets zeros; the drawn branch and the FFN get exactly the gradients of FFN(drawn branch(x))."""
     layer = stacked(encoder_layer(cfg()), "self_attn").train()
     inputs = LayerInputs(memories=memories())
+    drawn = []
     for _ in range(6):  # both branches come up in 6 draws of seed 0, layer 0
+        x = torch.randn(2, 4, D)
+        keeps = branch_draw(0, 0, int(layer[STACK].drop_branch.draws)) >= 0.5
+        reference = copy.deepcopy(layer)
+        by_hand = reference["ffn"]((reference["self_attn"] if keeps else reference[STACK])(x, inputs), inputs)
+        by_hand.sum().backward()
         layer.zero_grad(set_to_none=True)
-        layer(torch.randn(2, 4, D), inputs).sum().backward()
-        assert all(p.grad is not None for p in layer.parameters())
+        out = layer(x, inputs)
+        out.sum().backward()
+        assert torch.equal(out, by_hand)
+        for (name, p), (_, q) in zip(layer.named_parameters(), reference.named_parameters()):
+            assert p.grad is not None, name
+            if q.grad is None:  # the branch not drawn
+                assert name.startswith(STACK if keeps else "self_attn") and not torch.any(p.grad), name
+            else:
+                assert torch.equal(p.grad, q.grad), name
+        drawn.append(keeps)
+    assert set(drawn) == {True, False}
 
 
 def test_incremental_decoding_with_the_stack_equals_the_full_forward():
