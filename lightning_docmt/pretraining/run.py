@@ -9,11 +9,12 @@ WordPiece tokenizer learnt from the rest; `steps` updates of Adam (betas 0.9/0.9
 0.01 on matrices, BERT's) under a linear warm-up and linear decay to 0, on batches of `batch_rows`
 rows drawn from a permutation of each epoch's rows (`examples.py`, corruption drawn per epoch).
 Every `val_every_steps` the held-out rows (their corruption drawn once, seed 0) are scored, MLM
-accuracy or gap-sentence loss and token accuracy, and the state (model, optimizer, schedule, step,
-random state) is saved in the work directory, so an interrupted run resumes where it stopped with
-the batches, masks and dropout it would have drawn. The finished directory holds
-`pretraining.json` (settings, key, cost, the held-out scores at every validation) and is renamed
-into place last.
+accuracy or gap-sentence loss and token accuracy. The state (model, optimizer, schedule, step,
+random state) is saved in the work directory then, and at least every `SAVE_SECONDS` of wall time
+between (validations can be an hour apart on a CPU), so an interrupted run resumes where it stopped
+with the batches, masks and dropout it would have drawn: when it is saved does not change the
+weights. The finished directory holds `pretraining.json` (settings, key, cost, the held-out scores
+at every validation) and is renamed into place last.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from lightning_docmt.schedules import lr_lambda
 RESUME_FILE = "resume.pt"
 HELD_OUT_SEED = 0  # the held-out rows' one corruption
 PROGRESS_SECONDS = 60.0  # a progress line at most this often between validations (hours apart on a CPU)
+SAVE_SECONDS = 600.0  # the resume state at least this often, as the training runs' resume.ckpt
 
 
 def progress(message: str) -> None:
@@ -192,7 +194,14 @@ def pretrain(cfg: PretrainConfig, chapters_of: Callable = pretraining_chapters) 
     per_epoch = max(1, len(rows) // cfg.batch_rows)  # updates per epoch (a last partial batch is left out)
     epoch = 0
     started = time.perf_counter()
-    first_step, last_line = step, started
+    first_step, last_line, last_save = step, started, started
+
+    def save_state() -> None:
+        save_atomically({"model": model.state_dict(), "optimizer": optim.state_dict(),  # a kill mid-write
+                         "schedule": schedule.state_dict(), "step": step, "history": json.dumps(history),
+                         "seconds": spent + time.perf_counter() - started, "rng": torch.get_rng_state()},
+                        work / RESUME_FILE)
+
     while step < cfg.steps:
         if step // per_epoch != epoch:
             epoch = step // per_epoch
@@ -218,9 +227,11 @@ def pretrain(cfg: PretrainConfig, chapters_of: Callable = pretraining_chapters) 
             history.append({"step": step, "train_loss": loss.item(), "seconds": round(seconds, 1),
                             **held_out_scores(objective, held_rows)})
             progress(json.dumps(history[-1]))
-            save_atomically({"model": model.state_dict(), "optimizer": optim.state_dict(),  # a kill mid-write
-                             "schedule": schedule.state_dict(), "step": step, "history": json.dumps(history),
-                             "seconds": seconds, "rng": torch.get_rng_state()}, work / RESUME_FILE)
+            save_state()
+            last_save = time.perf_counter()
+        elif now - last_save >= SAVE_SECONDS:
+            save_state()
+            last_save = time.perf_counter()
     out = final.parent / f".{final.name}.tmp"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
