@@ -76,7 +76,7 @@ METRIC_MEANINGS = {
                        "context of a document of another collection (book): near 0 when the model "
                        "reads only that there is context, near `cxmi` or above when it reads what "
                        "its own context says",
-    "random_ctx/bleu": "test BLEU decoded with the context of a document of another collection (book)",
+    "random_ctx/bleu": "BLEU decoded with the context of a document of another collection (book)",
     "random_ctx/bleu_delta": "`random_ctx/bleu` minus the real context's BLEU decoded in the same path "
                              "(precision, batches, beam): below 0 when the row's BLEU depends on what "
                              "its own context says",

@@ -16,7 +16,7 @@ from lightning_docmt.atomic_files import write_csv_atomically, write_text_atomic
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.provenance import ENV_PREFIX
 from lightning_docmt.tables import contrastive_columns
-from lightning_docmt.tables.effects import Effect, metric_panel, seed_values
+from lightning_docmt.tables.effects import Effect, bare, metric_panel, seed_values
 from lightning_docmt.tables.spec import Table
 from lightning_docmt.tables.summaries import FAILED, MetricSummary, RowSummary, RunRecord
 
@@ -144,9 +144,12 @@ def per_seed_section(summaries: Sequence[RowSummary], metric: str, significance:
 
 def context_columns_legend(metrics: Sequence[str]) -> list[str]:
     """A report's paragraph on what each context-usage column among `metrics` measures
-    (evaluation/context_usage.py); none when no such column is shown."""
-    meanings = [f"- `{m}`: {METRIC_MEANINGS[m]}" for m in metrics if m in METRIC_MEANINGS]
-    return ["", "Context columns (on the test split):", "", *meanings] if meanings else []
+    (evaluation/context_usage.py), as a test table names them (`cxmi`) or a table that reports on
+    the valid split does (`valid/cxmi`); none when no such column is shown."""
+    shown = [m for m in metrics if bare(m) in METRIC_MEANINGS]
+    split = "valid" if any(m.startswith("valid/") for m in shown) else "test"
+    meanings = [f"- `{m}`: {METRIC_MEANINGS[bare(m)]}" for m in shown]
+    return ["", f"Context columns (on the {split} split):", "", *meanings] if meanings else []
 
 
 # What a finished run records of where it ran (lightning_docmt/provenance.py) that can change its

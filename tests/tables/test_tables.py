@@ -21,7 +21,7 @@ from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.locks import OwnerLock
 from lightning_docmt.tables.dashboard import log_table_to_wandb
-from lightning_docmt.tables.report import run_provenance
+from lightning_docmt.tables.report import context_columns_legend, run_provenance
 from lightning_docmt.tables.runner import run_table
 from lightning_docmt.tables.spec import compose_file, compose_row, load_table
 from lightning_docmt.tables.summaries import DONE, FAILED, FINISHED, RunRecord, summarize
@@ -166,6 +166,17 @@ def test_context_columns_are_explained_under_the_table_and_only_when_shown(table
     legend = with_context.split("Context columns (on the test split):\n\n", 1)[1].split("\n\n", 1)[0]
     assert legend.splitlines() == [f"- `{m}`: {METRIC_MEANINGS[m]}" for m in shown]
     assert "another collection" in METRIC_MEANINGS["random_ctx/cxmi"]
+
+
+def test_a_table_reporting_on_valid_explains_its_valid_context_columns():
+    """`evaluate: valid_report` tables name their columns `valid/cxmi`, ...: explained as the bare
+    names are, on the valid split; scores are not context columns."""
+    legend = context_columns_legend(["valid/bleu", "valid/cxmi", "valid/random_ctx/bleu_delta", "initial_damage"])
+    assert legend[:3] == ["", "Context columns (on the valid split):", ""]
+    assert legend[3:] == [f"- `valid/cxmi`: {METRIC_MEANINGS['cxmi']}",
+                          f"- `valid/random_ctx/bleu_delta`: {METRIC_MEANINGS['random_ctx/bleu_delta']}",
+                          f"- `initial_damage`: {METRIC_MEANINGS['initial_damage']}"]
+    assert context_columns_legend(["valid/bleu", "valid/chrf"]) == []
 
 
 def test_run_provenance_groups_runs_by_precision_device_torch_and_code(tmp_path):
