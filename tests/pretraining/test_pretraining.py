@@ -139,52 +139,35 @@ def test_a_gap_sentence_model_learns_and_keeps_only_its_encoder(tmp_path):
     assert not any("decoder" in n for n in names) and "encoder.layer.1.output.dense.weight" in names
 
 
-def test_an_interrupted_run_resumes_to_the_weights_of_the_uninterrupted_one(tmp_path, bert_dir, monkeypatch):
-    """The same settings in another cache: stopped right after its first save, run again."""
+@pytest.mark.parametrize("save_seconds, saves_before_the_stop", [
+    (pretraining_run.SAVE_SECONDS, [30]),  # the first validation's save (the run takes seconds)
+    (0.0, [1, 2, 3, 4, 5, 6, 7]),  # a wall-time save at every update: stopped at update 7, between validations
+])
+def test_an_interrupted_run_resumes_to_the_weights_of_the_uninterrupted_one(
+        tmp_path, bert_dir, monkeypatch, save_seconds, saves_before_the_stop):
+    """The same settings in another cache, stopped right after a save and run again: the weights and
+    the held-out history are the uninterrupted run's, whenever the state was saved."""
     config = write_config(tmp_path, "mlm", cache_dir=str(tmp_path / "other"))
-    saves = []
+    saved_steps = []
     real_save = torch.save
 
-    def save_then_stop(*args, **kwargs):
-        real_save(*args, **kwargs)
-        saves.append(1)
-        raise KeyboardInterrupt
+    def save_then_stop(state, *args, **kwargs):
+        real_save(state, *args, **kwargs)
+        saved_steps.append(state["step"])
+        if len(saved_steps) == len(saves_before_the_stop):
+            raise KeyboardInterrupt
 
+    monkeypatch.setattr(pretraining_run, "SAVE_SECONDS", save_seconds)
     monkeypatch.setattr(pretraining_run.torch, "save", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
         pretrain(load_pretrain_config(config), chapters_of)
     monkeypatch.setattr(pretraining_run.torch, "save", real_save)
     directory = pretrain(load_pretrain_config(config), chapters_of)
     ours, uninterrupted = (load_file(str(d / "model.safetensors")) for d in (directory, bert_dir[1]))
-    assert saves == [1] and all(torch.equal(ours[n], uninterrupted[n]) for n in uninterrupted)
-
-
-def test_a_run_saved_between_validations_resumes_to_the_weights_of_the_uninterrupted_one(
-        tmp_path, bert_dir, monkeypatch):
-    """With the wall-time save at every update, stopped right after the 7th save (update 7; the
-    validations are at 30 and 60): the resumed run's weights and held-out history are the
-    uninterrupted run's, so when the state is saved never changes the weights."""
-    config = write_config(tmp_path, "mlm", cache_dir=str(tmp_path / "other"))
-    saved_steps = []
-    real_save = torch.save
-
-    def save_then_stop_at_the_seventh(state, *args, **kwargs):
-        real_save(state, *args, **kwargs)
-        saved_steps.append(state["step"])
-        if len(saved_steps) == 7:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(pretraining_run, "SAVE_SECONDS", 0.0)
-    monkeypatch.setattr(pretraining_run.torch, "save", save_then_stop_at_the_seventh)
-    with pytest.raises(KeyboardInterrupt):
-        pretrain(load_pretrain_config(config), chapters_of)
-    monkeypatch.setattr(pretraining_run.torch, "save", real_save)
-    directory = pretrain(load_pretrain_config(config), chapters_of)
-    ours, uninterrupted = (load_file(str(d / "model.safetensors")) for d in (directory, bert_dir[1]))
-    assert saved_steps == [1, 2, 3, 4, 5, 6, 7] and all(torch.equal(ours[n], uninterrupted[n]) for n in uninterrupted)
-    histories = [json.loads((d / DONE_FILE).read_text())["history"] for d in (directory, bert_dir[1])]
-    assert [[{k: v for k, v in h.items() if k != "seconds"} for h in history] for history in histories] == \
-        [[{k: v for k, v in h.items() if k != "seconds"} for h in histories[1]]] * 2
+    assert saved_steps == saves_before_the_stop and all(torch.equal(ours[n], uninterrupted[n]) for n in uninterrupted)
+    resumed, whole = ([{k: v for k, v in h.items() if k != "seconds"}
+                       for h in json.loads((d / DONE_FILE).read_text())["history"]] for d in (directory, bert_dir[1]))
+    assert resumed == whole
 
 
 def test_a_table_composes_before_its_encoder_is_pretrained_and_runs_only_after(tmp_path):
