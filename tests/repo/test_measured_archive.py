@@ -29,6 +29,7 @@ from lightning_docmt.line_files import read_lines
 from lightning_docmt.tables.archive import COMPRESSED_SUFFIXES, rebuild_report
 from lightning_docmt.tables.contrastive_columns import column_value
 from lightning_docmt.tables.grid import load_grid, write_grid
+from lightning_docmt.tables.report import marked_metric
 from lightning_docmt.tables.runner import ARCHIVE_DIRNAME, METRICS_FILE
 from lightning_docmt.tables.spec import load_table
 from lightning_docmt.tables.summaries import FINISHED
@@ -165,9 +166,18 @@ def test_an_archived_table_rebuilds_without_training(table_dir, tmp_path):
                   for run in archived_runs(table_dir) if run.parent.name == row]
         assert float(cells[(row, first_column)]["mean"]) == pytest.approx(statistics.mean(values))
     baseline = outcome.table.baseline
-    if baseline in seeds_of:  # every other archived row is tested against it, seed by seed
-        tested = [row for row in seeds_of if row != baseline]
-        assert all(cells[(row, "test/bleu")].get("p_values") for row in tested), cells
+    if baseline in seeds_of:  # every other archived row is tested against it, seed by seed, on the
+        tested = [row for row in seeds_of if row != baseline]  # BLEU of the split the table reports
+        assert all(cells[(row, marked_metric(outcome.table))].get("p_values") for row in tested), cells
+    changes = outcome.table.changes  # a stated change between two archived rows is measured and tested
+    if changes:
+        with open(outcome.outputs["changes_csv"], newline="") as f:
+            measured = {(r["change"], r["metric"]): r for r in csv.DictReader(f)}
+        for change in changes:
+            line = measured[(change.name, marked_metric(outcome.table))]
+            both = len(change.pairs) == 1 and all(
+                set(seeds_of.get(row, ())) & set(seeds_of.get(against, ())) for row, against in change.pairs)
+            assert bool(line["p_values"]) == both, (change.name, line)
 
 
 @pytest.mark.parametrize("grid_id", sorted(grid_files()))
