@@ -57,7 +57,7 @@ from lightning_docmt.schedules import lr_lambda
 RESUME_FILE = "resume.pt"
 HELD_OUT_SEED = 0  # the held-out rows' one corruption
 PROGRESS_SECONDS = 60.0  # a progress line at most this often between validations (hours apart on a CPU)
-SAVE_SECONDS = 600.0  # the resume state at least this often, as the training runs' resume.ckpt
+SAVE_SECONDS = 600.0  # the resume state at least this often (wall time: not a setting, so not in the key)
 
 
 def progress(message: str) -> None:
@@ -222,14 +222,13 @@ def pretrain(cfg: PretrainConfig, chapters_of: Callable = pretraining_chapters) 
         if now - last_line >= PROGRESS_SECONDS:
             progress(progress_line(step, cfg.steps, loss.item(), (now - started) / (step - first_step)))
             last_line = now
-        if step % cfg.val_every_steps == 0 or step == cfg.steps:
+        validating = step % cfg.val_every_steps == 0 or step == cfg.steps
+        if validating:
             seconds = spent + time.perf_counter() - started
             history.append({"step": step, "train_loss": loss.item(), "seconds": round(seconds, 1),
                             **held_out_scores(objective, held_rows)})
             progress(json.dumps(history[-1]))
-            save_state()
-            last_save = time.perf_counter()
-        elif now - last_save >= SAVE_SECONDS:
+        if validating or now - last_save >= SAVE_SECONDS:
             save_state()
             last_save = time.perf_counter()
     out = final.parent / f".{final.name}.tmp"

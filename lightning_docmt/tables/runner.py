@@ -68,12 +68,7 @@ from lightning_docmt.distributed import in_process_group, is_global_zero, progre
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.device import planned_processes, with_device
 from lightning_docmt.provenance import ENV_PREFIX, code_fingerprint
-from lightning_docmt.tables.change_results import (
-    ChangeResult,
-    markdown_lines,
-    measure_changes,
-    write_changes_csv,
-)
+from lightning_docmt.tables.change_results import markdown_lines, measure_changes, write_changes_csv
 from lightning_docmt.tables.curve import curve_points, write_curve_csv, write_curve_png
 from lightning_docmt.tables.dashboard import log_table_to_wandb
 from lightning_docmt.tables.figures import write_table_figures
@@ -118,7 +113,6 @@ class TableResults:
 
     summaries: list[RowSummary]
     tested: dict[str, RowSignificance]
-    changes: list[ChangeResult] = field(default_factory=list)  # the table's `changes:`, measured
 
 
 @dataclass
@@ -201,13 +195,14 @@ def run_table(table_path: str | Path, rows: str | Sequence[str] = "all",
         context += (" Every score is on the valid split, decoded as a test split is (beam search, "
                     "decode.*); the test split was never read.")
     marks = {row: (t.mark, t.p_values) for row, t in results.tested.items()}
+    changes = measure_changes(table, summaries)  # tested here, for this report only (grids do not show them)
     outputs = {"md": write_markdown(table, summaries, out_dir / "table.md", context=context,
-                                    significance=marks, changes=markdown_lines(table, results.changes)),
+                                    significance=marks, changes=markdown_lines(table, changes)),
                "csv": write_csv(table, summaries, out_dir / "table.csv", significance=marks),
                **write_table_figures(table, summaries, {row: mark for row, (mark, _) in marks.items()},
                                      out_dir)}
     if table.changes:
-        outputs["changes_csv"] = write_changes_csv(table, results.changes, out_dir / "changes.csv")
+        outputs["changes_csv"] = write_changes_csv(table, changes, out_dir / "changes.csv")
     if table.curve is not None:
         finished = {s.row.name: [r.metrics for r in s.records if r.succeeded] for s in summaries}
         points = curve_points(table.curve, finished)
@@ -229,7 +224,7 @@ def table_results(table: Table, results_dir: str | Path, seeds: Sequence[int] | 
     on_disk = [r for r in collect_records(table, results_dir, seeds) if r.row not in left_out]
     summaries = summarize(table, [*on_disk, *broken])
     tested = row_significance(summaries, table.baseline) if table.baseline else {}
-    return TableResults(summaries=summaries, tested=tested, changes=measure_changes(table, summaries))
+    return TableResults(summaries=summaries, tested=tested)
 
 
 def fit_commands(table: Table, plan: Sequence[PlannedRun], profile: str | None,
