@@ -2,7 +2,8 @@
 `--dist loadfile --no-loadscope-reorder`), on a suite of its own in a temporary folder: the module
 of a `slow` test comes first, each module's tests together; a module-scoped fixture that several
 tests share is built once under two workers, and twice under xdist's default spread (so the check
-can fail)."""
+can fail; each user of the fixture sleeps USER_SECONDS, so that a worker slow to finish its first
+tests still gets some of them under the default spread)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def pytest_collection_modifyitems(items):
 '''
 SHARED = '''\
 import os
+import time
 import pytest
 
 def worker():
@@ -48,6 +50,7 @@ def built():
         f.write(worker() + "\\n")
 '''
 USERS = 8  # xdist's default spread gives each of two workers some of them
+USER_SECONDS = 0.5  # xdist hands a busy worker two tests at a time; the other one takes the rest
 
 
 def suite(folder: Path) -> Path:
@@ -55,7 +58,7 @@ def suite(folder: Path) -> Path:
     module with one `slow` test after a quick one."""
     (folder / "conftest.py").write_text(CONFTEST)
     (folder / "test_a_quick.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
-    users = "".join(f"\ndef test_user_{i}(built):\n    pass\n" for i in range(USERS))
+    users = "".join(f"\ndef test_user_{i}(built):\n    time.sleep({USER_SECONDS})\n" for i in range(USERS))
     (folder / "test_b_shared.py").write_text(SHARED + users)
     (folder / "test_c_long.py").write_text("import pytest\n\ndef test_quick():\n    pass\n\n"
                                            "@pytest.mark.slow\ndef test_long():\n    pass\n")
