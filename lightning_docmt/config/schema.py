@@ -262,6 +262,9 @@ class EvalConfig:
     random_context_decodes: bool = True  # with context_usage, the random-context BLEU and its floor:
     # three more beam searches of the test split; false keeps the teacher-forced passes (CXMI and
     # random-context CXMI) only (`docmt demo`, for its budget)
+    branch_usage: bool = True  # a model with a parallel attention stack (`model.arch=pas`): its test
+    # split scored with every layer on one branch alone, two more beam searches
+    # (evaluation/branch_usage.py)
 
 
 @dataclass

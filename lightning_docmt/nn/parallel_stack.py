@@ -33,7 +33,8 @@ draws of the branch not computed (its dropout) are not made.
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Optional
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
 
 import torch
 from torch import Tensor, nn
@@ -77,15 +78,23 @@ def branch_draw(seed: int, layer: int, draw: int) -> float:
     return (int.from_bytes(digest, "little") >> 11) / float(1 << 53)
 
 
+EVALUATION_RULES = ("mean", "original", "stack")
+"""What DropBranch returns in evaluation: 1/2 (R + S) (reading D2, the model's own rule), R alone or
+S alone (the diagnostic of `evaluation/branch_usage.py`)."""
+
+
 class DropBranch(nn.Module):
     """`DropBranch(R, S)` in training, `1/2 (R + S)` in evaluation (reading D2).
 
     `draws` (a buffer, saved with the model) counts the training passes of this layer so far.
+    `evaluation_rule` (one of EVALUATION_RULES, not saved; `branch_rule` sets it) is "mean" but
+    while a diagnostic decodes with one branch alone; training ignores it.
     """
 
     def __init__(self, layer: int, seed: int = 0):
         super().__init__()
         self.layer, self.seed = layer, seed
+        self.evaluation_rule = "mean"
         self.register_buffer("draws", torch.zeros((), dtype=torch.long))
 
     def keeps_original(self) -> bool:
@@ -96,10 +105,36 @@ class DropBranch(nn.Module):
 
     def forward(self, original: Callable[[], Tensor], stack: Callable[[], Tensor]) -> Tensor:
         """T (B, T, D) from the calls that compute R and S (B, T, D): in training the drawn one alone,
-        its output bit for bit (the other is not called); in evaluation 1/2 (R + S)."""
-        if not self.training:
-            return 0.5 * (original() + stack())
-        return original() if self.keeps_original() else stack()
+        its output bit for bit (the other is not called); in evaluation 1/2 (R + S), or the one
+        branch that `evaluation_rule` names."""
+        if self.training:
+            return original() if self.keeps_original() else stack()
+        if self.evaluation_rule == "original":
+            return original()
+        if self.evaluation_rule == "stack":
+            return stack()
+        return 0.5 * (original() + stack())
+
+
+def drop_branches(model: nn.Module) -> list[DropBranch]:
+    """Every DropBranch of `model` (none: it has no parallel attention stack)."""
+    return [module for module in model.modules() if isinstance(module, DropBranch)]
+
+
+@contextmanager
+def branch_rule(model: nn.Module, rule: str) -> Iterator[None]:
+    """Inside the block, every DropBranch of `model` evaluates by `rule` (EVALUATION_RULES); after
+    it, by the mean again, also when the block raises."""
+    if rule not in EVALUATION_RULES:
+        raise ValueError(f"no evaluation rule {rule!r}: one of {', '.join(EVALUATION_RULES)}")
+    branches = drop_branches(model)
+    for branch in branches:
+        branch.evaluation_rule = rule
+    try:
+        yield
+    finally:
+        for branch in branches:
+            branch.evaluation_rule = "mean"
 
 
 def with_zero_gradient(out: Tensor, other: nn.Module) -> Tensor:

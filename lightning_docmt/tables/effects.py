@@ -5,8 +5,8 @@ what matters, the change a row makes against its baseline (9.27 against 9.32). F
 chrF, METEOR, an accuracy) in a table with a baseline row, each other row is shown as its change
 against the baseline, seed by seed (row - baseline of the same seed, over the seeds both finished),
 beside the paper's change (the row's paper number - the baseline row's). Columns that are already
-measured against something of the row itself (CXMI, the random-context controls, initial damage)
-and speeds are shown as they are.
+measured against something of the row itself (CXMI, the random-context controls, initial damage, a
+stack's branches scored alone) and speeds are shown as they are.
 """
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
+from lightning_docmt.evaluation.branch_usage import BRANCH_METRIC_MEANINGS
 from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.tables import contrastive_columns
 from lightning_docmt.tables.summaries import RowSummary, values_by_seed
 
+DIAGNOSTIC_MEANINGS = {**METRIC_MEANINGS, **BRANCH_METRIC_MEANINGS}
+"""The columns a row measures against its own model, each explained under the tables that show it."""
 SPLIT_PREFIXES = ("val/", "valid/", "test/")
 SCORE_WORDS = ("bleu", "chrf", "meteor", "accuracy", "oracle_context")
 LABELS = {"bleu": "BLEU", "chrf": "chrF", "meteor": "METEOR", "cxmi": "CXMI (nats/token)",
@@ -26,6 +29,7 @@ LABELS = {"bleu": "BLEU", "chrf": "chrF", "meteor": "METEOR", "cxmi": "CXMI (nat
           "random_ctx/bleu_delta": "random-context BLEU change",
           "random_ctx/bleu_floor": "random-context BLEU noise floor",
           "initial_damage": "initial damage (valid NLL, nats/token)",
+          "branch/original/bleu": "BLEU on R alone", "branch/stack/bleu": "BLEU on S alone",
           "speed/train_tokens_per_s": "training target tokens/s", "speed/decode_sents_per_s": "decoded sentences/s"}
 
 
@@ -53,7 +57,7 @@ def is_score(metric: str) -> bool:
     """Whether a row's value is read against the baseline row's (a score), rather than as it is (a
     column measured against the row's own model: CXMI, the controls, initial damage; speeds)."""
     name = bare(metric)
-    return name not in METRIC_MEANINGS and "random_ctx" not in name and not name.startswith("speed/") and \
+    return name not in DIAGNOSTIC_MEANINGS and "random_ctx" not in name and not name.startswith("speed/") and \
         (contrastive_columns.parse_column(metric) is not None or any(w in name for w in SCORE_WORDS))
 
 

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from lightning_docmt.atomic_files import write_csv_atomically, write_text_atomically
-from lightning_docmt.evaluation.context_usage import METRIC_MEANINGS
 from lightning_docmt.provenance import ENV_PREFIX
 from lightning_docmt.tables import contrastive_columns
-from lightning_docmt.tables.effects import Effect, bare, metric_panel, seed_values
+from lightning_docmt.tables.effects import DIAGNOSTIC_MEANINGS, Effect, bare, metric_panel, seed_values
 from lightning_docmt.tables.spec import Table
 from lightning_docmt.tables.summaries import FAILED, MetricSummary, RowSummary, RunRecord
 
@@ -144,11 +143,12 @@ def per_seed_section(summaries: Sequence[RowSummary], metric: str, significance:
 
 def context_columns_legend(metrics: Sequence[str]) -> list[str]:
     """A report's paragraph on what each context-usage column among `metrics` measures
-    (evaluation/context_usage.py), as a test table names them (`cxmi`) or a table that reports on
-    the valid split does (`valid/cxmi`); none when no such column is shown."""
-    shown = [m for m in metrics if bare(m) in METRIC_MEANINGS]
+    (evaluation/context_usage.py; a stack's branches alone: branch_usage.py), as a test table names
+    them (`cxmi`) or a table that reports on the valid split does (`valid/cxmi`); none when no such
+    column is shown."""
+    shown = [m for m in metrics if bare(m) in DIAGNOSTIC_MEANINGS]
     split = "valid" if any(m.startswith("valid/") for m in shown) else "test"
-    meanings = [f"- `{m}`: {METRIC_MEANINGS[bare(m)]}" for m in shown]
+    meanings = [f"- `{m}`: {DIAGNOSTIC_MEANINGS[bare(m)]}" for m in shown]
     return ["", f"Context columns (on the {split} split):", "", *meanings] if meanings else []
 
 

@@ -61,6 +61,7 @@ from lightning_docmt.data.prepare import TESTED_SPLIT
 from lightning_docmt.data.vocab import Vocabulary
 from lightning_docmt.distributed import barrier, is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.evaluation.branch_usage import branch_usage_line, branch_usage_metrics, has_branches
 from lightning_docmt.evaluation.context_usage import context_usage_metrics
 from lightning_docmt.evaluation.contrastive_scoring import configured_suites, suite_metrics
 from lightning_docmt.inference.device import trainer_settings
@@ -459,7 +460,9 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
                     device: torch.device | None = None) -> dict[str, float | str]:
     """Test-set metrics of a checkpoint (beam search with `decode.*`), the training throughput it
     stores, its contrastive accuracies on `suites` (default: those of `eval.contrastive`; computed
-    on global rank zero only, the rank that writes them), and the provenance record of
+    on global rank zero only, the rank that writes them), with `eval.context_usage` its CXMI and
+    random-context control, with `eval.branch_usage` the scores of a parallel attention stack's
+    branches alone (`evaluation/branch_usage.py`), and the provenance record of
     `provenance.environment_record` (code, versions, resolved precision, device, threads).
 
     `device`: test on that one device (`docmt test --device`) instead of with `trainer.*`; the
@@ -487,7 +490,7 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
     targets = [s for s in datamodule.window.streams if s.side == "tgt"]
     if targets:  # reading D8: a target stream that reads the references of the scored split is an oracle
         scores["test/oracle_context"] = float(any(s.reads_references(cfg.data.report_split) for s in targets))
-    if (suites or cfg.eval.context_usage) and is_global_zero():
+    if (suites or cfg.eval.context_usage or cfg.eval.branch_usage) and is_global_zero():
         module.to(trainer.strategy.root_device).eval()  # the test loop left it on the CPU, training
         model = LoadedModel(module.model, cfg, datamodule.src_vocab, datamodule.tgt_vocab)
         scores.update(suite_metrics(model, suites))
@@ -498,10 +501,16 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
                                                 decode=cfg.eval.random_context_decodes,
                                                 precision=settings["precision"], own_targets=own_targets))
             progress(context_usage_line(scores, time.time() - started))
+        if cfg.eval.branch_usage and has_branches(model):
+            started = time.time()
+            scores.update(branch_usage_metrics(model, datamodule.split("test"), datamodule.references("test"),
+                                               bleu_tokenizer(cfg.eval, cfg.data), precision=settings["precision"],
+                                               own_targets=own_targets))
+            progress(branch_usage_line(scores, time.time() - started))
     return reported_on_valid(scores, out_dir) if cfg.data.report_split == "valid" else scores
 
 
-REPORTED_SCORES = ("test/", "cxmi", "random_ctx/", "contrastive/")
+REPORTED_SCORES = ("test/", "cxmi", "random_ctx/", "contrastive/", "branch/")
 """What the test loop and the passes after it score on the report's split (the rest: training
 speed, environment)."""
 

