@@ -130,19 +130,26 @@ def test_command(args: argparse.Namespace) -> int:
     from lightning_docmt.distributed import is_global_zero
     from lightning_docmt.inference.device import inference_device
     from lightning_docmt.training.run import test_checkpoint
+    from lightning_docmt.training.stages import stage_config
 
     run = Path(args.run)
     run_dir = run.parent if run.is_file() else run
     cfg = config_lib.compose(run_dir / "config.yaml", [])
+    record_file = run_dir / "run.json"
+    record = json.loads(record_file.read_text()) if record_file.is_file() else {}
     if args.ckpt:
         ckpt = Path(args.ckpt)
+    elif "checkpoint" in record:
+        ckpt = Path(record["checkpoint"])
     else:
-        record = run_dir / "run.json"
-        if not record.is_file():
-            raise DocMTInputError("no run.json (unfinished run?): pass --ckpt", path=run_dir)
-        ckpt = Path(json.loads(record.read_text())["checkpoint"])
+        raise DocMTInputError("no run.json (unfinished run?): pass --ckpt", path=run_dir)
     if not ckpt.is_file():
         raise DocMTInputError("no such checkpoint", path=ckpt)
+    # the config of the stage that trained it (its architecture, its streams: `stage_config`), as
+    # the fit tested it; a checkpoint the run does not record is tested as its final stage
+    trained_by = [name for name, stage in record.get("stages", {}).items()
+                  if Path(stage["checkpoint"]).resolve() == ckpt.resolve()]
+    cfg = stage_config(cfg, trained_by[-1] if trained_by else cfg.train.schedule[-1])
     device = inference_device(args.device) if args.device is not None else None
     # with --json, standard output holds the JSON object alone: what the test passes say goes to stderr
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():

@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("test", help="metrics of a trained run on its test set")
     p.add_argument("run", help="a run directory or its config.yaml")
-    p.add_argument("--ckpt", help="a checkpoint to test instead of the run's final one")
+    p.add_argument("--ckpt", help="a checkpoint to test instead of the run's final one (with the config of "
+                   "the stage that run.json records it for, else the final stage's)")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.add_argument("--device", help=DEVICE_HELP_TEST)
 

@@ -148,8 +148,13 @@ def test_translating_with_target_context_reads_the_models_own_previous_translati
     assert read[1] == output[0] + [EOS_ID] and read[2] == output[1] + [EOS_ID]
 
 
-def test_testing_with_target_context_needs_document_order(target_context):
-    outcome = docmt("test", target_context["run_dir"], "--ckpt", target_context["checkpoint"])
+def test_testing_with_target_context_needs_document_order(target_context, tmp_path):
+    """`docmt test` tests the config of the stage it tests: here one of a model that reads its
+    context (the concatenation model; a Transformer's stage reads none)."""
+    config = OmegaConf.load(target_context["run_dir"] / "config.yaml")
+    config.model.arch = "concat"
+    OmegaConf.save(config, tmp_path / "config.yaml")
+    outcome = docmt("test", tmp_path, "--ckpt", target_context["checkpoint"])
     assert_one_error_line(outcome, "data.document_order", "test BLEU")
 
 

@@ -225,7 +225,8 @@ def corpus(tmp_path_factory) -> Path:
 @pytest.mark.fit
 def test_each_stage_trains_its_new_blocks_alone_and_leaves_what_came_before_bit_for_bit(corpus, monkeypatch):
     """Three stages: the Transformer; the stack B_s(p,c) alone (STACK_GLOBS); then a block over
-    B_s(c,n) appended last (reading D13) and trained alone, as stage 3 of Donato et al.'s recipe."""
+    B_s(c,n) appended last (reading D13) and trained alone, as stage 3 of Donato et al.'s recipe.
+    A third stream is read by no stage, as a table's base configures the streams of all its rows."""
     config = corpus / "pas.yaml"
     appended = ["*.context_stack.blocks.1.*", "memory_proj.bert_cn.*"]
     config.write_text(
@@ -233,7 +234,7 @@ def test_each_stage_trains_its_new_blocks_alone_and_leaves_what_came_before_bit_
         f"logging:\n  runs_dir: {corpus / 'runs'}\n"
         "model:\n  arch: pas\n  context_encoders: {bert: {checkpoint: minilm}}\n"
         "  stack: [{stream: bert_pc, encoder: bert}, {stream: bert_cn, encoder: bert}]\n"
-        "context:\n  streams: {bert_pc: {prev: 1}, bert_cn: {next: 1}}\n"
+        "context:\n  streams: {bert_pc: {prev: 1}, bert_cn: {next: 1}, bert_n2: {next: 2}}\n"
         "train:\n  max_steps: 3\n  val_every_steps: 3\n  schedule: [sent, stack, append]\n"
         "  stages:\n    sent: {arch: transformer}\n"
         f"    stack: {{init_from: sent, trainable: {json.dumps(STACK_GLOBS)},\n"
@@ -269,6 +270,11 @@ def test_each_stage_trains_its_new_blocks_alone_and_leaves_what_came_before_bit_
     assert stack.window.streams[0].name == "bert_pc" and record["stages"]["stack"]["global_step"] == 3
     tested = json.loads((run_dir / "metrics.json").read_text())
     assert set(BRANCH_METRIC_MEANINGS) <= set(tested)  # the final model tested with each branch alone
+    with single_process_run_env():  # again: with the final stage's config (its streams), as the fit
+        retested = docmt("test", run_dir, "--json")
+    assert retested.code == 0, retested.err
+    assert {k: json.loads(retested.out)[k] for k in tested if k.startswith("branch/")} == \
+        {k: v for k, v in tested.items() if k.startswith("branch/")}
 
 
 APPENDING_TABLES = [
