@@ -51,16 +51,11 @@ BRANCH_METRIC_MEANINGS = {
 }
 
 
-def has_branches(model: LoadedModel) -> bool:
-    """Whether `model` evaluates by DropBranch (a parallel attention stack)."""
-    return bool(drop_branches(model.model))
-
-
 def branch_usage_metrics(model: LoadedModel, split: BinarizedSplit, references: list[str], tokenize: str, *,
                          precision: str = "32-true", own_targets: OutputTokens | None = None) -> dict[str, float]:
     """The scores of BRANCH_METRIC_MEANINGS on `split` (see the module docstring); `own_targets`: the
     model's own translations of the split, for target-side context read as its test BLEU reads it."""
-    if not has_branches(model):
+    if not drop_branches(model.model):
         raise ValueError(f"model.arch={model.cfg.model.arch} has no DropBranch: no branch to score alone")
     read = split if own_targets is None else WithContextTargets(split, own_targets)
     real = own_context(split.doc_offsets)

@@ -61,13 +61,14 @@ from lightning_docmt.data.prepare import TESTED_SPLIT
 from lightning_docmt.data.vocab import Vocabulary
 from lightning_docmt.distributed import barrier, is_global_zero, progress
 from lightning_docmt.errors import DocMTInputError
-from lightning_docmt.evaluation.branch_usage import branch_usage_line, branch_usage_metrics, has_branches
+from lightning_docmt.evaluation.branch_usage import branch_usage_line, branch_usage_metrics
 from lightning_docmt.evaluation.context_usage import context_usage_metrics
 from lightning_docmt.evaluation.contrastive_scoring import configured_suites, suite_metrics
 from lightning_docmt.inference.device import trainer_settings
 from lightning_docmt.inference.loaded_model import MODEL_ATTRIBUTE, LoadedModel, load_checkpoint
 from lightning_docmt.inference.reference_context import check_no_reference_target, reads_reference_target
 from lightning_docmt.logs import is_verbose
+from lightning_docmt.nn.parallel_stack import drop_branches
 from lightning_docmt.provenance import environment_record, resolved_device
 from lightning_docmt.training.dashboard import record_scores, run_dashboard, stage_keys
 from lightning_docmt.training.launch import agree_on_run_dir
@@ -490,7 +491,8 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
     targets = [s for s in datamodule.window.streams if s.side == "tgt"]
     if targets:  # reading D8: a target stream that reads the references of the scored split is an oracle
         scores["test/oracle_context"] = float(any(s.reads_references(cfg.data.report_split) for s in targets))
-    if (suites or cfg.eval.context_usage or cfg.eval.branch_usage) and is_global_zero():
+    score_branches = cfg.eval.branch_usage and bool(drop_branches(module.model))  # a parallel attention stack
+    if (suites or cfg.eval.context_usage or score_branches) and is_global_zero():
         module.to(trainer.strategy.root_device).eval()  # the test loop left it on the CPU, training
         model = LoadedModel(module.model, cfg, datamodule.src_vocab, datamodule.tgt_vocab)
         scores.update(suite_metrics(model, suites))
@@ -501,7 +503,7 @@ def test_checkpoint(cfg: DictConfig, checkpoint: Path, out_dir: Path,
                                                 decode=cfg.eval.random_context_decodes,
                                                 precision=settings["precision"], own_targets=own_targets))
             progress(context_usage_line(scores, time.time() - started))
-        if cfg.eval.branch_usage and has_branches(model):
+        if score_branches:
             started = time.time()
             scores.update(branch_usage_metrics(model, datamodule.split("test"), datamodule.references("test"),
                                                bleu_tokenizer(cfg.eval, cfg.data), precision=settings["precision"],
