@@ -5,10 +5,11 @@ every `logging.progress_every_steps` updates (`callbacks/progress_line.py`), a s
 and warnings that concern the user's data or settings. Hidden: Lightning's hardware banner ("GPU
 available"), tips, "Seed set to", "`Trainer.fit` stopped", its model summary, the "directory exists
 and is not empty" warnings of its loggers and checkpoints (a resumed or reused run writes into its
-own directories on purpose), and third-party deprecation notices (about the libraries, not the
-run), and wandb's lines about each run it starts (`WANDB_SILENT`). sacreBLEU's warnings about the
-text it scores are kept but said once per process rather than at every validation. `docmt
---verbose` shows everything, as the libraries print it.
+own directories on purpose), its warning of modules in eval mode at the start of training (the
+frozen context encoders are; the suite names any other itself), third-party deprecation notices
+(about the libraries, not the run), and wandb's lines about each run it starts (`WANDB_SILENT`).
+sacreBLEU's warnings about the text it scores are kept but said once per process rather than at
+every validation. `docmt --verbose` shows everything, as the libraries print it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ CHATTY_LOGGERS = ("lightning.pytorch", "lightning.fabric", "lightning")
 SACREBLEU_LOGGER = "sacrebleu"
 # Warnings about run directories that the suite writes into again on purpose (resume, reuse).
 DIRECTORY_WARNINGS = r".*(exists and is not empty|directory .* is not empty).*"
+# Lightning's warning of every module in evaluation mode at the start of training: the frozen context
+# encoders (`nn/frozen.Frozen`) are, on purpose; the suite warns of any other (`training/module.py`).
+EVAL_MODE_WARNING = r"Found \d+ module\(s\) in eval mode at the start of training"
 
 WANDB_SILENT = "WANDB_SILENT"  # wandb's own switch for the lines it prints (run started, where it writes)
 
@@ -84,6 +88,7 @@ def apply_output_policy() -> None:
         return
     sacrebleu.addFilter(_once)
     _ignore_warnings(message=DIRECTORY_WARNINGS)
+    _ignore_warnings(message=EVAL_MODE_WARNING)
     for category in (DeprecationWarning, FutureWarning):  # the libraries' own, not the suite's
         _ignore_warnings(category=category, module=r"(?!lightning_docmt)")
 

@@ -43,10 +43,15 @@ def test_quiet_hides_third_party_deprecations_and_directory_warnings_but_not_the
     assert not shown(FutureWarning, "torch.utils._pytree")
     assert not shown(UserWarning, "lightning.fabric.loggers.csv_logs",
                      "Experiment logs directory runs/x/main/ exists and is not empty.")
+    assert not shown(UserWarning, "lightning.pytorch.loops.fit_loop",  # the frozen encoders: on purpose
+                     "Found 71 module(s) in eval mode at the start of training. This may lead to unexpected "
+                     "behavior during training. If this is intentional, you can ignore this warning.")
     assert shown(DeprecationWarning, "lightning_docmt.training.run")  # our own code's: shown
     assert shown(UserWarning, "lightning.pytorch.trainer")  # other warnings: shown
     policy(True)
     assert shown(DeprecationWarning, "lightning.pytorch.utilities._pytree")
+    assert shown(UserWarning, "lightning.pytorch.loops.fit_loop",
+                 "Found 71 module(s) in eval mode at the start of training.")
 
 
 def test_sacrebleu_warnings_are_said_once_in_quiet_mode_and_every_time_in_verbose(policy, caplog):

@@ -116,3 +116,13 @@ def frozen_parameter_names(module: nn.Module) -> set[str]:
     return {f"{prefix}.{name}" if prefix else name
             for prefix, sub in module.named_modules() if isinstance(sub, Frozen)
             for name, _ in sub.named_parameters()}
+
+
+def unfrozen_modules_in_eval(module: nn.Module) -> list[str]:
+    """The names of `module`'s submodules in evaluation mode that no `Frozen` holds: a `Frozen`'s
+    module is in evaluation mode on purpose (Lightning warns of every such module at the start of
+    training; the suite warns of these only, `training/module.py`)."""
+    inside_frozen = {f"{prefix}.{name}" if prefix else name
+                     for prefix, sub in module.named_modules() if isinstance(sub, Frozen)
+                     for name, _ in sub.named_modules() if name}
+    return [name for name, sub in module.named_modules() if not sub.training and name not in inside_frozen]

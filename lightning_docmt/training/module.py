@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterable
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_warn
 from omegaconf import DictConfig, OmegaConf
 
 from lightning_docmt.checkpoints import VOCAB_KEY, pack_vocabularies
@@ -48,6 +49,7 @@ from lightning_docmt.distributed import gather_objects, note_local_ranks
 from lightning_docmt.errors import DocMTInputError
 from lightning_docmt.inference.own_outputs import OutputTokens
 from lightning_docmt.nn.carried_state import CarriedState
+from lightning_docmt.nn.frozen import unfrozen_modules_in_eval
 from lightning_docmt.nn.model_hooks import LossTerms
 from lightning_docmt.nn.output_loss import output_loss_of
 from lightning_docmt.nn.seq2seq import Seq2SeqModel
@@ -220,6 +222,10 @@ class DocMTModule(pl.LightningModule):
     # validation (which runs inside it); sanity checking happens before it starts.
     def on_train_start(self) -> None:
         self._train_clock.start()
+        left_in_eval = unfrozen_modules_in_eval(self.model)
+        if left_in_eval:  # Lightning's own warning counts the frozen encoders too (logs.EVAL_MODE_WARNING)
+            rank_zero_warn(f"{len(left_in_eval)} module(s) of the model in eval mode at the start of training "
+                           f"that no Frozen wrapper holds (their dropout is off): {', '.join(left_in_eval[:5])}")
         if self.trainer.world_size > 1:  # the ranks Lightning started here, to name one that dies
             note_local_ranks()
 

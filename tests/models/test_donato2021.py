@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -241,8 +242,11 @@ def test_each_stage_trains_its_new_blocks_alone_and_leaves_what_came_before_bit_
         "            model: {stack: [{stream: bert_pc, encoder: bert}]}}\n"
         f"    append: {{init_from: stack, trainable: {json.dumps(appended)}}}\n", encoding="utf-8")
     monkeypatch.chdir(corpus)
-    with single_process_run_env():
+    with single_process_run_env(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # below the run's own quiet policy, which it applies on top
         run_dir = run_dir_of(docmt("fit", config, "--profile", "tiny"))
+    # the frozen encoders are in eval mode on purpose; no other module is, so nothing warns of it
+    assert not [w for w in caught if "eval mode" in str(w.message)], [str(w.message) for w in caught]
     record = json.loads((run_dir / "run.json").read_text())
     sent = load_checkpoint(record["stages"]["sent"]["checkpoint"]).model.state_dict()
     stack = load_checkpoint(record["stages"]["stack"]["checkpoint"])

@@ -8,7 +8,12 @@ import torch
 from torch import nn
 
 from lightning_docmt.callbacks.staged_unfreezing import StagedUnfreezing
-from lightning_docmt.nn.frozen import Frozen, FrozenRowEncoder, frozen_parameter_names
+from lightning_docmt.nn.frozen import (
+    Frozen,
+    FrozenRowEncoder,
+    frozen_parameter_names,
+    unfrozen_modules_in_eval,
+)
 
 
 def encoder() -> nn.Module:
@@ -100,3 +105,14 @@ def test_under_a_bfloat16_autocast_features_are_kept_in_bfloat16_apart_from_floa
         assert half.dtype == torch.bfloat16 and torch.equal(cached(*batch), half)
     assert cached.encoded_rows == 2 and full.dtype == torch.float32
     assert {v.dtype for v in cached.features.values()} == {torch.float32, torch.bfloat16}
+
+
+def test_only_modules_in_eval_mode_outside_a_frozen_wrapper_are_named():
+    model = nn.ModuleDict({"context": Frozen(encoder()), "head": nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1))})
+    model.train()
+    assert not model["context"].module.training  # held in eval mode on purpose
+    assert unfrozen_modules_in_eval(model) == []
+    model["head"][1].eval()  # left in eval by mistake: its dropout is off
+    assert unfrozen_modules_in_eval(model) == ["head.1"]
+    model.eval()
+    assert unfrozen_modules_in_eval(model) == ["", "context", "head", "head.0", "head.1"]
