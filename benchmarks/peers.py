@@ -158,7 +158,7 @@ def setup_report(args: argparse.Namespace, cfg, train: list[Batch], decode: list
             "layers": [model.enc_layers, model.dec_layers], "vocab": vocab, "dropout": model.dropout,
             "label_smoothing": cfg.train.optim.label_smoothing,
             "tied": {"src_tgt_embeddings": model.share_embeddings, "output": model.tie_output},
-            "attention": {"ours": [b.name for b in attention.CPU_ATTENTION_BACKENDS],
+            "attention": {"ours": attention.CPU_ATTENTION,
                           "marian": marian.config._attn_implementation},
             "repeats": args.repeats, "train_batches": len(train) - 1, "train_target_tokens": target_tokens(train[1:]),
             "beam": args.beam, "length": args.length, "decode_sentences": sum(len(b["src"]) for b in decode)}

@@ -1,15 +1,16 @@
-"""Cost of a CPU training step and of beam search: the fused output loss and the attention kernel.
+"""Cost of a CPU training step and of beam search: the fused output loss and the attention.
 
-Two implementation choices make CPU training about 1.6x faster per step (`cpu` profile):
+Two implementation choices make CPU training faster per step (`cpu` profile):
 
 - the loss fused with the output projection (`lightning_docmt/nn/output_loss.py`) against the plain
   label-smoothed loss over the whole (tokens, V) logits (`nn/reference_loss.label_smoothed_nll`);
-- PyTorch's math attention kernel (`nn/attention.py`) against its CPU flash-attention kernel.
+- the attention (`nn/attention.py`, `CPU_ATTENTION`): ours, `masked_softmax_attention`, against
+  PyTorch's math kernel and its CPU flash-attention kernel.
 
 The benchmark builds the Transformer of a profile (`cpu` by default, plus `key=value` overrides),
-takes real training batches of a corpus, and times forward + backward + Adam step for the three
+takes real training batches of a corpus, and times forward + backward + Adam step for four
 combinations, interleaved and repeated on the same batches; then beam search over test sentences
-with each attention kernel. It prints CPU seconds per step (the process's CPU time, which a busy
+with each attention. It prints CPU seconds per step (the process's CPU time, which a busy
 machine disturbs less than wall time), wall seconds, and the ratios to the old implementation.
 
     python benchmarks/training_step.py [--profile cpu] [--corpus bible:en-fr] [--repeats 3] \
@@ -30,7 +31,6 @@ if (REPO / "lightning_docmt").is_dir():  # a source checkout run without install
     sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-from torch.nn.attention import SDPBackend  # noqa: E402
 
 from lightning_docmt.batch import PAD_ID  # noqa: E402
 from lightning_docmt.benchmarks.bench_common import optimizer_step, real_batches, target_tokens  # noqa: E402
@@ -41,11 +41,12 @@ from lightning_docmt.nn.reference_loss import label_smoothed_nll  # noqa: E402
 from lightning_docmt.training.run import build_module  # noqa: E402
 from lightning_docmt.training.trainer import resolve_precision  # noqa: E402
 
-KERNELS = {"math": [SDPBackend.MATH], "flash": [SDPBackend.FLASH_ATTENTION]}
-# (name, fused loss, attention kernel); the first is the implementation before both changes
+KERNELS = [*attention.CPU_KERNELS, attention.MASKED_SOFTMAX]  # the values of attention.CPU_ATTENTION
+# (name, fused loss, attention); the first is the implementation before both changes
 VARIANTS = [("unfused loss + flash attention", False, "flash"),
             ("fused loss + flash attention", True, "flash"),
-            ("fused loss + math attention (default)", True, "math")]
+            ("fused loss + math attention", True, "math"),
+            ("fused loss + masked-softmax attention (default)", True, attention.MASKED_SOFTMAX)]
 
 
 def unfused_loss_terms(module, batch):
@@ -95,21 +96,21 @@ def measure(args: argparse.Namespace) -> dict:
                                      max_len_a=cfg.decode.max_len_a, max_len_b=cfg.decode.max_len_b)
 
     for name, fused, kernel in VARIANTS:  # warm-up: allocator, kernels, Adam state
-        attention.CPU_ATTENTION_BACKENDS = KERNELS[kernel]
+        attention.CPU_ATTENTION = kernel
         train_step(module, optimizer, batches[0], fused, autocast)
     for repeat in range(args.repeats):
         order = VARIANTS if repeat % 2 == 0 else VARIANTS[::-1]
         for name, fused, kernel in order:
-            attention.CPU_ATTENTION_BACKENDS = KERNELS[kernel]
+            attention.CPU_ATTENTION = kernel
             cpu, wall = timed(lambda: train_all(fused))
             steps[name].append((cpu / args.train_batches, wall / args.train_batches))
         module.eval()
-        for kernel in (KERNELS if repeat % 2 == 0 else list(KERNELS)[::-1]):
-            attention.CPU_ATTENTION_BACKENDS = KERNELS[kernel]
+        for kernel in (KERNELS if repeat % 2 == 0 else KERNELS[::-1]):
+            attention.CPU_ATTENTION = kernel
             cpu, wall = timed(decode_all)
             decodes[kernel].append((sentences / cpu, sentences / wall))
         module.train()
-    attention.CPU_ATTENTION_BACKENDS = KERNELS["math"]
+    attention.CPU_ATTENTION = attention.MASKED_SOFTMAX
     tokens = target_tokens(batches[1:]) / args.train_batches
 
     def median(pairs, i):

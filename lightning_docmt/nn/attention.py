@@ -2,15 +2,15 @@
 
 `MultiHeadAttention(Q, K, V) = Concat(head_1..head_h) W^O`, `head_i = softmax(Q W^Q_i (K W^K_i)^T / sqrt(d_k)) V W^V_i`.
 
-The h heads are computed at once by reshaping to (B, H, L, d_k) and calling
-`torch.nn.functional.scaled_dot_product_attention` with a boolean mask (True = may attend). On a
-CPU it is told to use its plain ("math") formulation: PyTorch's CPU flash-attention kernel is slower
-for the short sequences of sentence-level MT, its backward above all (`benchmarks/training_step.py`
-measures both); on GPUs PyTorch picks its fused kernels as usual. A step of incremental decoding on
-a CPU (one query position, no dropout) skips the kernel for two batched products
-(`single_query_attention`), which are the same arithmetic without the kernel's copies; in beam
-search the k beams of a sentence read its cross-attention memory stored once, as one product
-(`grouped_query_attention`).
+The h heads are computed at once by reshaping to (B, H, L, d_k), under a boolean mask (True = may
+attend). On GPUs `torch.nn.functional.scaled_dot_product_attention` picks its fused kernels as usual.
+On a CPU the attention is `masked_softmax_attention`: two batched products around a masked softmax,
+the arithmetic of PyTorch's plain ("math") kernel without that kernel's copies (its mask conversion,
+its scaling of queries and keys, and under bf16 autocast its float32 copies of queries, keys and
+values), in training and in every decoding step; PyTorch's CPU flash-attention kernel is slower for
+the short sequences of sentence-level MT, its backward above all. `benchmarks/training_step.py`
+measures the three (`CPU_ATTENTION`). In beam search the k beams of a sentence read its
+cross-attention memory stored once, as one product (`grouped_query_attention`).
 
 Two caches serve incremental decoding:
 - an *incremental* cache (self-attention): the keys/values of every step are appended, so step t
@@ -30,7 +30,6 @@ per-matrix reading of tensor2tensor/THUMT's fan-average uniform initialiser); bi
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Optional
@@ -42,7 +41,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from lightning_docmt.nn.packing import Packing
 
-CPU_ATTENTION_BACKENDS = [SDPBackend.MATH]
+MASKED_SOFTMAX = "masked_softmax"
+CPU_KERNELS = {"math": [SDPBackend.MATH], "flash": [SDPBackend.FLASH_ATTENTION]}  # PyTorch's, for comparison
+CPU_ATTENTION = MASKED_SOFTMAX
+"""The attention on a CPU: `masked_softmax_attention`, or one of PyTorch's `CPU_KERNELS`
+(`benchmarks/training_step.py` sets it to compare them)."""
 
 
 class AttentionCache:
@@ -248,14 +251,19 @@ class MultiHeadAttention(nn.Module):
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],
-                                 dropout: float, causal: bool, decoding_step: bool = False) -> Tensor:
-    """`F.scaled_dot_product_attention` over (B, H, L, d_k) tensors, with the math kernel on a CPU;
-    a step of incremental decoding on a CPU without dropout (one query position, or the stacked
-    beams of `grouped_query_attention`: `decoding_step`) is `single_query_attention`."""
-    if query.device.type == "cpu" and (query.size(2) == 1 or decoding_step) and dropout == 0.0 and not causal:
-        return single_query_attention(query, key, value, mask)
-    kernels = sdpa_kernel(CPU_ATTENTION_BACKENDS) if query.device.type == "cpu" else nullcontext()
-    with kernels:
+                                 dropout: float, causal: bool) -> Tensor:
+    """Attention over (B, H, L, d_k) tensors: PyTorch's fused kernels off the CPU; on a CPU
+    `masked_softmax_attention` (or the kernel `CPU_ATTENTION` names)."""
+    if query.device.type != "cpu":
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
+                                              is_causal=causal)
+    if CPU_ATTENTION == MASKED_SOFTMAX:
+        if causal:  # query position t of T attends to the keys up to S - T + t
+            rows, columns = query.size(2), key.size(2)
+            visible = torch.ones(rows, columns, dtype=torch.bool, device=query.device).tril(columns - rows)
+            mask = visible if mask is None else mask & visible
+        return masked_softmax_attention(query, key, value, mask, dropout)
+    with sdpa_kernel(CPU_KERNELS[CPU_ATTENTION]):
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
                                               is_causal=causal)
 
@@ -274,20 +282,26 @@ def grouped_query_attention(query: Tensor, key: Tensor, value: Tensor, mask: Opt
     stacked = query.view(sentences, group, heads, length, d_k).transpose(1, 2).reshape(
         sentences, heads, group * length, d_k)  # (n, H, group * T, d_k)
     context = scaled_dot_product_attention(stacked, key, value, None if mask is None else mask[::group], dropout,
-                                           causal=False, decoding_step=True)  # (n, H, group * T, d_k)
+                                           causal=False)  # (n, H, group * T, d_k)
     return context.view(sentences, heads, group, length, d_k).transpose(1, 2).reshape(rows, heads, length, d_k)
 
 
-def single_query_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor]) -> Tensor:
-    """softmax(q K^T / sqrt(d_k)) V for the queries of a decoding step, query (B, H, Q, d_k): one
-    position per row (Q = 1), or the k beams of a sentence stacked (Q = k, `grouped_query_attention`),
-    under a key mask; as two batched matrix products. The same result as PyTorch's math kernel (a
-    key row that the mask leaves empty gives zeros, as its safe softmax does) at less than half its
-    time on a CPU for the shapes of a decoding step: the math kernel's mask conversion and scaling
-    copies cost more than the products themselves here (`benchmarks/peers.py` measures the beam search)."""
-    scores = torch.matmul(query, key.transpose(-1, -2)) * query.size(-1) ** -0.5  # (B, H, Q, S)
-    if mask is None:
-        return torch.matmul(scores.softmax(dim=-1), value)  # (B, H, Q, d_k)
-    weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-    weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # nothing to attend: zeros
-    return torch.matmul(weights, value)  # (B, H, Q, d_k)
+def masked_softmax_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],
+                             dropout: float = 0.0) -> Tensor:
+    """dropout(softmax(q K^T / sqrt(d_k))) V under a key mask, as two batched products:
+    query (B, H, T, d_k), key and value (B, H, S, d_k), mask None or bool broadcastable to
+    (B, H, T, S) -> (B, H, T, d_k). What PyTorch's math kernel computes, dropout included (on the
+    attention weights, scaled by 1 / (1 - p)), and as its safe softmax does, a query row that the
+    mask leaves nothing to attend to gives zeros. Under bf16 autocast the products run in bf16 and
+    the softmax in float32, as the layers around it do."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * query.size(-1) ** -0.5  # (B, H, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    if mask is not None:
+        empty = ~mask.any(dim=-1, keepdim=True)  # rows with nothing to attend to: NaN after the softmax
+        if empty.any():
+            weights = weights.masked_fill(empty, 0.0)
+    if dropout > 0.0:
+        weights = F.dropout(weights, dropout, training=True)
+    return torch.matmul(weights, value)  # (B, H, T, d_k)

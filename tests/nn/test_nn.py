@@ -18,7 +18,8 @@ from lightning_docmt.nn.attention import (
     AttentionMemory,
     MultiHeadAttention,
     key_mask,
-    single_query_attention,
+    masked_softmax_attention,
+    scaled_dot_product_attention,
 )
 from lightning_docmt.nn.embedding import TokenEmbedding, sinusoidal_positions
 from lightning_docmt.nn.layers import (
@@ -93,18 +94,45 @@ def test_incremental_cache_equals_causal_attention():
     assert cache.key.shape == (2, H, 6, D // H)
 
 
+@pytest.mark.parametrize("queries", [1, 4])
 @pytest.mark.parametrize("masked", [False, True])
-def test_one_query_position_attends_as_the_math_kernel_does_even_with_nothing_to_attend(masked):
-    query, key, value = torch.randn(3, H, 1, 8), torch.randn(3, H, 5, 8), torch.randn(3, H, 5, 8)
+def test_the_cpu_attention_computes_what_the_math_kernel_does_even_with_nothing_to_attend(masked, queries):
+    query, key, value = torch.randn(3, H, queries, 8), torch.randn(3, H, 5, 8), torch.randn(3, H, 5, 8)
     mask = torch.tensor([[True] * 5, [True, True, False, False, False], [False] * 5])[:, None, None, :]
     mask = mask if masked else None
     with sdpa_kernel([SDPBackend.MATH]):
         expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask)
-    got = single_query_attention(query, key, value, mask)
+    got = masked_softmax_attention(query, key, value, mask)
     assert torch.allclose(got, expected, atol=1e-6)
     if masked:
         assert got[2].abs().sum() == 0  # a row with no key to attend to is zeros, as PyTorch's safe softmax gives
-        assert not torch.allclose(got[1], single_query_attention(query, key, value, None)[1], atol=1e-3)
+        assert not torch.allclose(got[1], masked_softmax_attention(query, key, value, None)[1], atol=1e-3)
+
+
+def test_causal_attention_on_a_cpu_equals_the_math_kernel_values_and_gradients():
+    query, key, value = (torch.randn(2, H, 6, 8, requires_grad=True) for _ in range(3))
+    pad = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
+    for mask in (None, key_mask(pad)):
+        got = scaled_dot_product_attention(query, key, value, mask, 0.0, causal=True)
+        grads = torch.autograd.grad(got.square().sum(), (query, key, value))
+        causal = torch.ones(6, 6, dtype=torch.bool).tril()
+        with sdpa_kernel([SDPBackend.MATH]):
+            expected = torch.nn.functional.scaled_dot_product_attention(
+                query, key, value, attn_mask=causal if mask is None else mask & causal)
+        for a, b in zip(grads, torch.autograd.grad(expected.square().sum(), (query, key, value))):
+            assert torch.allclose(a, b, atol=1e-5)
+        assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_attention_dropout_on_a_cpu_drops_weights_and_rescales_the_rest():
+    torch.manual_seed(0)
+    query, key = torch.zeros(1, 1, 2000, 8), torch.zeros(1, 1, 4, 8)  # uniform weights: 1/4 each
+    value = torch.ones(1, 1, 4, 8)
+    out = masked_softmax_attention(query, key, value, None, dropout=0.5)[0, 0, :, 0]  # (2000,) sums of kept weights
+    kept = out / 0.5  # each kept weight is (1/4) / (1 - p) = 0.5: the count of kept weights of each row
+    assert torch.equal(kept, kept.round()) and kept.min() >= 0 and kept.max() <= 4
+    assert abs(kept.mean().item() - 2.0) < 4 * (1.0 / 2000) ** 0.5  # 4 of them kept with p = 1/2: mean 2, sd 1
+    assert torch.equal(masked_softmax_attention(query, key, value, None)[0, 0, :, 0], torch.ones(2000))
 
 
 def test_rows_selected_from_a_cache_are_taken_with_the_next_append():
