@@ -42,7 +42,9 @@ This benchmark measures the cost of every architecture the same way, in one run:
 What packing saves (`--padded concat,zhang_doc,...`): each architecture named runs a second time as
 `<arch> padded`, the same weights with every batch left padded (`nn/packing.padded_batches`), in
 the same interleaving: its figures beside the packed ones are what running the encoders over the
-real positions only saves (`nn/packing.py`).
+real positions only saves (`nn/packing.py`). What our CPU attention saves (`--math-attention
+ARCHS`): the same, as `<arch> math attention`, with PyTorch's math kernel in place of
+`masked_softmax_attention` (`nn/attention.CPU_ATTENTION`).
 
 Left out (`LEFT_OUT`): the RNN's models that read what came before them in document order, the
 shared-context models (states carried from each sentence to the next) and the target-side ones (the
@@ -62,14 +64,16 @@ machine are noisy: compare ratios measured in the same run, on quiet cores.
     python benchmarks/context_overhead.py [--profile cpu] [--corpus bible:en-fr] \
         [--archs concat,zhang_doc,...] [--repeats 3] [--train-batches 8] [--decode-sentences 64] \
         [--beam 4] [--length 40] [--threads 2] [--precisions fp32,bf16] [--padded concat,...] \
-        [--json out.json] [key=value ...]
+        [--math-attention concat,...] [--json out.json] [key=value ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, ContextManager, Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 if (REPO / "lightning_docmt").is_dir():  # a source checkout run without installing the package
@@ -101,6 +105,7 @@ from lightning_docmt.config.composition import compose  # noqa: E402
 from lightning_docmt.data.collate import WindowDataset  # noqa: E402
 from lightning_docmt.data.datamodule import DocumentWindowDataModule  # noqa: E402
 from lightning_docmt.data.windows import WindowSpec  # noqa: E402
+from lightning_docmt.nn import attention  # noqa: E402
 from lightning_docmt.nn.packing import padded_batches  # noqa: E402
 from lightning_docmt.training.run import build_module  # noqa: E402
 
@@ -127,6 +132,8 @@ LEFT_OUT = {
 }
 PADDED = " padded"
 """Suffix of the side that runs an architecture with every batch padded (`--padded`)."""
+MATH_ATTENTION = " math attention"
+"""Suffix of the side that runs an architecture with PyTorch's math attention kernel (`--math-attention`)."""
 PAPER_RATIO = {"zhang_doc": {"train": PAPER["zhang_doc"]["train"] / PAPER["transformer"]["train"],
                              "beam": PAPER["zhang_doc"]["decode"] / PAPER["transformer"]["decode"]}}
 
@@ -168,21 +175,44 @@ def context_tokens(batches: list[Batch], window: WindowSpec) -> int:
                + sum(int((~batch[key]).sum()) for key in masks) for batch in batches)
 
 
-class PaddedSide(ModuleSide):
-    """A model whose batches all stay padded while it is timed (`nn/packing.padded_batches`)."""
+@contextmanager
+def math_attention() -> Iterator[None]:
+    """PyTorch's math kernel as the CPU attention inside the block (`nn/attention.CPU_ATTENTION`)."""
+    before = attention.CPU_ATTENTION
+    attention.CPU_ATTENTION = "math"
+    try:
+        yield
+    finally:
+        attention.CPU_ATTENTION = before
+
+
+VARIANTS = {PADDED: padded_batches, MATH_ATTENTION: math_attention}
+"""Suffix of a side -> the context it is timed in."""
+
+
+class VariantSide(ModuleSide):
+    """A model timed inside a context of `VARIANTS` (every batch padded, or the math attention kernel)."""
+
+    def __init__(self, module, len_penalty: float, variant: Callable[[], ContextManager[None]]):
+        super().__init__(module, len_penalty)
+        self.variant = variant
 
     def time_training(self, *args, **kwargs) -> tuple[int, float]:
-        with padded_batches():
+        with self.variant():
             return super().time_training(*args, **kwargs)
 
     def time_beam(self, *args, **kwargs) -> tuple[int, float]:
-        with padded_batches():
+        with self.variant():
             return super().time_beam(*args, **kwargs)
 
 
-def build_side(cfg, datamodule: DocumentWindowDataModule, seed: int, padded: bool = False) -> ModuleSide:
+def build_side(cfg, datamodule: DocumentWindowDataModule, seed: int, variant: str = "") -> ModuleSide:
+    """The model of `cfg` at `seed`'s initial weights; `variant`: a suffix of `VARIANTS`, or "" (as it runs)."""
     torch.manual_seed(seed)
-    return (PaddedSide if padded else ModuleSide)(build_module(cfg, datamodule), cfg.decode.len_penalty)
+    module = build_module(cfg, datamodule)
+    if not variant:
+        return ModuleSide(module, cfg.decode.len_penalty)
+    return VariantSide(module, cfg.decode.len_penalty, VARIANTS[variant])
 
 
 def arch_report(cfg, side: ModuleSide, work: Workload, window: WindowSpec) -> dict:
@@ -227,12 +257,13 @@ def measure(args: argparse.Namespace) -> dict:
     datamodules = {arch: arch_data(reference, cfg, args.seed) for arch, cfg in configs.items()}
     workloads = {arch: workload(dm, train, decode) for arch, dm in datamodules.items()}
     sides: dict[str, ModuleSide] = {}
+    base = {}  # side -> its architecture
     for arch, cfg in configs.items():
-        sides[arch] = build_side(cfg, datamodules[arch], args.seed)
-        if arch in args.padded:  # the same weights (same seed), every batch padded
-            sides[arch + PADDED] = build_side(cfg, datamodules[arch], args.seed, padded=True)
-            workloads[arch + PADDED] = workloads[arch]
-    base = {name: name.removesuffix(PADDED) for name in sides}
+        sides[arch], base[arch] = build_side(cfg, datamodules[arch], args.seed), arch
+        for suffix, named in ((PADDED, args.padded), (MATH_ATTENTION, args.math_attention)):
+            if arch in named:  # the same weights (same seed), timed in the variant's context
+                sides[arch + suffix] = build_side(cfg, datamodules[arch], args.seed, suffix)
+                workloads[arch + suffix], base[arch + suffix] = workloads[arch], arch
     return {
         "setup": setup_report(args, reference, workloads[REFERENCE], len(datamodules[REFERENCE].tgt_vocab)),
         "machine": machine(),
@@ -283,12 +314,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--padded", default="",
                         help="comma-separated architectures of --archs to time a second time with every batch "
                              "padded (`<arch> padded`): what packing saves")
+    parser.add_argument("--math-attention", default="",
+                        help="comma-separated architectures of --archs to time a second time with PyTorch's math "
+                             "attention kernel (`<arch> math attention`): what our CPU attention saves")
     args = parse_side_by_side(parser, argv)
     args.archs = parse_archs(parser, args.archs)
-    args.padded = [name.strip() for name in args.padded.split(",") if name.strip()]
-    outside = [name for name in args.padded if name not in args.archs]
-    if outside:
-        parser.error(f"--padded: '{outside[0]}' is not among the architectures run ({', '.join(args.archs)})")
+    for option in ("padded", "math_attention"):
+        named = [name.strip() for name in getattr(args, option).split(",") if name.strip()]
+        outside = [name for name in named if name not in args.archs]
+        if outside:
+            parser.error(f"--{option.replace('_', '-')}: '{outside[0]}' is not among the architectures run "
+                         f"({', '.join(args.archs)})")
+        setattr(args, option, named)
     return args
 
 

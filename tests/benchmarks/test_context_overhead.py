@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lightning_docmt.cli import commands
+from lightning_docmt.nn import attention
 from lightning_docmt.nn.packing import Packing
 from tests.benchmarks.benchmark_scripts import load_benchmark
 
@@ -98,7 +99,7 @@ def test_a_padded_side_runs_the_same_model_with_nothing_packed(tmp_path, monkeyp
     packed_rows = []
     original = Packing.pack
     monkeypatch.setattr(Packing, "pack", lambda self, x: packed_rows.append(len(self.index)) or original(self, x))
-    sides = {padded: bench.build_side(cfg, data, args.seed, padded=padded) for padded in (False, True)}
+    sides = {padded: bench.build_side(cfg, data, args.seed, bench.PADDED if padded else "") for padded in (False, True)}
     assert all(torch.equal(a, b) for a, b in zip(sides[False].model.parameters(), sides[True].model.parameters()))
     counts = {}
     for padded, side in sides.items():
@@ -111,3 +112,37 @@ def test_a_padded_side_runs_the_same_model_with_nothing_packed(tmp_path, monkeyp
         bench.parse_args(["--archs", "concat", "--padded", "flat"])
     assert exit_info.value.code == 2
     assert "--padded: 'flat' is not among the architectures run (transformer, concat)" in capsys.readouterr().err
+
+
+def test_a_math_attention_side_runs_the_same_model_with_pytorchs_math_kernel(tmp_path, monkeypatch, capsys):
+    bench = load_benchmark("context_overhead")
+    args = bench.parse_args(["--profile", "tiny", "--corpus", "synthetic:tiny", "--archs", "concat",
+                             "--math-attention", "concat", "--train-batches", "2", "--decode-sentences", "4",
+                             f"data.cache_dir={tmp_path}"])
+    assert args.math_attention == ["concat"] and args.padded == []
+    configs = bench.compose_archs(args)
+    cfg, reference = configs["concat"], configs["transformer"]
+    train, decode = bench.reference_sentences(reference, args)
+    data = bench.arch_data(reference, cfg, args.seed)
+    work = bench.workload(data, train, decode)
+    used = []  # the CPU attention of every attention call
+    original = attention.masked_softmax_attention
+    monkeypatch.setattr(attention, "masked_softmax_attention", lambda *a, **k: used.append("ours") or original(*a, **k))
+    kernel = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: used.append(attention.CPU_ATTENTION) or kernel(*a, **k))
+    sides = {suffix: bench.build_side(cfg, data, args.seed, suffix) for suffix in ("", bench.MATH_ATTENTION)}
+    assert all(torch.equal(a, b) for a, b in zip(sides[""].model.parameters(),
+                                                 sides[bench.MATH_ATTENTION].model.parameters()))
+    kinds = {}
+    for suffix, side in sides.items():
+        used.clear()
+        side.time_training(work.train, autocast=False)
+        side.time_beam(work.decode, False, 4, 8)
+        kinds[suffix] = set(used)
+    assert kinds == {"": {"ours"}, bench.MATH_ATTENTION: {"math"}}
+    assert attention.CPU_ATTENTION == attention.MASKED_SOFTMAX  # restored after each timed pass
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args(["--archs", "concat", "--math-attention", "flat"])
+    assert exit_info.value.code == 2
+    assert "--math-attention: 'flat' is not among the architectures run" in capsys.readouterr().err
