@@ -85,29 +85,41 @@ def test_the_reference_always_runs_and_an_unknown_architecture_is_one_error(caps
     assert "--archs: unknown architecture 'zhang'; available: transformer, concat" in capsys.readouterr().err
 
 
-def test_a_padded_side_runs_the_same_model_with_nothing_packed(tmp_path, monkeypatch, capsys):
+def variant_sides(tmp_path, option: str, suffix: str):
+    """The benchmark module, concat's workload, and concat's side as it runs ("") and in the variant
+    `suffix` that `option` names, both built at the same seed."""
     bench = load_benchmark("context_overhead")
     args = bench.parse_args(["--profile", "tiny", "--corpus", "synthetic:tiny", "--archs", "concat",
-                             "--padded", "concat", "--train-batches", "2", "--decode-sentences", "4",
+                             option, "concat", "--train-batches", "2", "--decode-sentences", "4",
                              f"data.cache_dir={tmp_path}"])
-    assert args.padded == ["concat"]
+    assert getattr(args, option.removeprefix("--").replace("-", "_")) == ["concat"]
     configs = bench.compose_archs(args)
     cfg, reference = configs["concat"], configs["transformer"]
     train, decode = bench.reference_sentences(reference, args)
     data = bench.arch_data(reference, cfg, args.seed)
-    work = bench.workload(data, train, decode)
+    sides = {name: bench.build_side(cfg, data, args.seed, name) for name in ("", suffix)}
+    assert all(torch.equal(a, b) for a, b in zip(sides[""].model.parameters(), sides[suffix].model.parameters()))
+    return bench, bench.workload(data, train, decode), sides
+
+
+def time_each(sides: dict, work, record: list) -> dict:
+    """Every side's training and beam search timed once; what `record` collected during each."""
+    seen = {}
+    for name, side in sides.items():
+        record.clear()
+        side.time_training(work.train, autocast=False)
+        side.time_beam(work.decode, False, 4, 8)
+        seen[name] = list(record)
+    return seen
+
+
+def test_a_padded_side_runs_the_same_model_with_nothing_packed(tmp_path, monkeypatch, capsys):
     packed_rows = []
     original = Packing.pack
     monkeypatch.setattr(Packing, "pack", lambda self, x: packed_rows.append(len(self.index)) or original(self, x))
-    sides = {padded: bench.build_side(cfg, data, args.seed, bench.PADDED if padded else "") for padded in (False, True)}
-    assert all(torch.equal(a, b) for a, b in zip(sides[False].model.parameters(), sides[True].model.parameters()))
-    counts = {}
-    for padded, side in sides.items():
-        packed_rows.clear()
-        side.time_training(work.train, autocast=False)
-        side.time_beam(work.decode, False, 4, 8)
-        counts[padded] = len(packed_rows)
-    assert counts[False] > 0 and counts[True] == 0  # concat's [previous; current] rows pack, unless padded
+    bench, work, sides = variant_sides(tmp_path, "--padded", " padded")
+    counts = {name: len(rows) for name, rows in time_each(sides, work, packed_rows).items()}
+    assert counts[""] > 0 and counts[bench.PADDED] == 0  # concat's [previous; current] rows pack, unless padded
     with pytest.raises(SystemExit) as exit_info:
         bench.parse_args(["--archs", "concat", "--padded", "flat"])
     assert exit_info.value.code == 2
@@ -115,31 +127,14 @@ def test_a_padded_side_runs_the_same_model_with_nothing_packed(tmp_path, monkeyp
 
 
 def test_a_math_attention_side_runs_the_same_model_with_pytorchs_math_kernel(tmp_path, monkeypatch, capsys):
-    bench = load_benchmark("context_overhead")
-    args = bench.parse_args(["--profile", "tiny", "--corpus", "synthetic:tiny", "--archs", "concat",
-                             "--math-attention", "concat", "--train-batches", "2", "--decode-sentences", "4",
-                             f"data.cache_dir={tmp_path}"])
-    assert args.math_attention == ["concat"] and args.padded == []
-    configs = bench.compose_archs(args)
-    cfg, reference = configs["concat"], configs["transformer"]
-    train, decode = bench.reference_sentences(reference, args)
-    data = bench.arch_data(reference, cfg, args.seed)
-    work = bench.workload(data, train, decode)
     used = []  # the CPU attention of every attention call
     original = attention.masked_softmax_attention
     monkeypatch.setattr(attention, "masked_softmax_attention", lambda *a, **k: used.append("ours") or original(*a, **k))
     kernel = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
                         lambda *a, **k: used.append(attention.CPU_ATTENTION) or kernel(*a, **k))
-    sides = {suffix: bench.build_side(cfg, data, args.seed, suffix) for suffix in ("", bench.MATH_ATTENTION)}
-    assert all(torch.equal(a, b) for a, b in zip(sides[""].model.parameters(),
-                                                 sides[bench.MATH_ATTENTION].model.parameters()))
-    kinds = {}
-    for suffix, side in sides.items():
-        used.clear()
-        side.time_training(work.train, autocast=False)
-        side.time_beam(work.decode, False, 4, 8)
-        kinds[suffix] = set(used)
+    bench, work, sides = variant_sides(tmp_path, "--math-attention", " math attention")
+    kinds = {name: set(calls) for name, calls in time_each(sides, work, used).items()}
     assert kinds == {"": {"ours"}, bench.MATH_ATTENTION: {"math"}}
     assert attention.CPU_ATTENTION == attention.MASKED_SOFTMAX  # restored after each timed pass
     with pytest.raises(SystemExit) as exit_info:
