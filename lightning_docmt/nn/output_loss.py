@@ -13,11 +13,12 @@ stored gradients by the incoming scalar gradient.
 Why: on a CPU the unfused loss spends more time than the output matmul itself. Each step allocates
 several fresh (tokens, V) float32 tensors (logits cast, log-softmax, the scatter and add of its
 gradient), each larger than glibc's 32 MB mmap threshold, so every one is faulted in page by page
-and returned to the kernel when freed. A chunk of `CHUNK_ELEMENTS` float32 values (8 MB) is reused
-from the heap instead, and the fused gradient needs one pass over it, not five: the exponentials of
-the log-normaliser (`exp(z - max z)`, computed in place of the logits) are divided by their sum to
-give p, so each logit is exponentiated once. Measured on the
-`cpu` profile (d_model 192, V 8,000, ~2,100 target tokens per batch): see `benchmarks/training_step.py`.
+and returned to the kernel when freed. One chunk's buffers of `CHUNK_ELEMENTS` float32 values
+(8 MB; and the product and the gradient in a lower compute dtype) serve every chunk of a call
+instead, and the fused gradient needs one pass over a chunk, not five: the exponentials of the
+log-normaliser (`exp(z - max z)`, computed in place of the logits) are divided by their sum to give
+p, so each logit is exponentiated once. Measured on the `cpu` profile (d_model 192, V 8,000, ~2,100
+target tokens per batch): see `benchmarks/training_step.py`.
 
 Evaluation: the gradients are computed only when grad mode is on where the loss is called. Inside
 a `torch.autograd.Function`'s forward grad mode is always off, and `ctx.needs_input_grad` says only
@@ -90,10 +91,21 @@ class _FusedOutputLoss(torch.autograd.Function):
             grad_hidden = torch.empty_like(hidden) if want_hidden_grad else None
             grad_weight = (torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
                            if want_weight_grad else None)
+            # one chunk's buffers, reused by every chunk: the float32 logits, and the product and the
+            # gradient in the compute dtype when it is lower (fresh (n, V) tensors at every chunk cost
+            # page faults, more than the arithmetic on them)
+            rows = min(chunk, h_all.size(0))
+            scores = torch.empty(rows, vocab, dtype=torch.float32, device=hidden.device)
+            low = (torch.empty(rows, vocab, dtype=compute_dtype, device=hidden.device)
+                   if compute_dtype != torch.float32 else None)
             for start in range(0, h_all.size(0), chunk):
                 h = h_all[start:start + chunk]  # (n, D)
                 y = target[start:start + chunk, None]  # (n, 1)
-                logits = (h @ w.t()).float()  # (n, V)
+                n = h.size(0)
+                if low is None:
+                    logits = torch.mm(h, w.t(), out=scores[:n])  # (n, V)
+                else:
+                    logits = scores[:n].copy_(torch.mm(h, w.t(), out=low[:n]))  # (n, V), exact upcast
                 target_logit = logits.gather(1, y)  # (n, 1)
                 logit_sum = logits.sum(-1, keepdim=True)  # (n, 1)
                 # logsumexp as torch.logsumexp computes it, keeping exp(z - max) for the gradient
@@ -110,7 +122,8 @@ class _FusedOutputLoss(torch.autograd.Function):
                     continue
                 grad_logits = exp_shifted.div_(exp_sum).sub_(smooth)  # p - smooth, in place
                 grad_logits.scatter_add_(1, y, torch.full_like(token_nll, smooth - (1.0 - eps)))
-                grad_logits = grad_logits.to(compute_dtype)
+                if low is not None:
+                    grad_logits = low[:n].copy_(grad_logits)  # (n, V) in the compute dtype
                 if grad_hidden is not None:
                     grad_hidden[start:start + chunk] = grad_logits @ w
                 if grad_weight is not None:

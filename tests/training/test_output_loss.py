@@ -67,7 +67,7 @@ class MatmulCounter(TorchFunctionMode):
         self.count = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.count += getattr(func, "__name__", "") in ("matmul", "__matmul__")
+        self.count += getattr(func, "__name__", "") in ("matmul", "__matmul__", "mm")
         return func(*args, **(kwargs or {}))
 
 
