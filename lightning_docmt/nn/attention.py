@@ -30,6 +30,7 @@ per-matrix reading of tensor2tensor/THUMT's fan-average uniform initialiser); bi
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Optional
@@ -235,10 +236,6 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and not cache.static:
             cache.append(key, value)
             key, value = cache.key, cache.value
-        if causal and mask is not None:
-            length = q.size(1)
-            mask = mask & torch.ones(length, key.size(2), dtype=torch.bool, device=query.device).tril()
-            causal = False
         dropout = self.dropout if self.training else 0.0
         if static and cache.group > 1:  # the beams of a sentence read its one row of the cache
             context = grouped_query_attention(self._split_heads(q), key, value, mask, dropout, cache.group)
@@ -253,17 +250,17 @@ class MultiHeadAttention(nn.Module):
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor],
                                  dropout: float, causal: bool) -> Tensor:
     """Attention over (B, H, L, d_k) tensors: PyTorch's fused kernels off the CPU; on a CPU
-    `masked_softmax_attention` (or the kernel `CPU_ATTENTION` names)."""
-    if query.device.type != "cpu":
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
-                                              is_causal=causal)
-    if CPU_ATTENTION == MASKED_SOFTMAX:
-        if causal:  # query position t of T attends to the keys up to S - T + t
-            rows, columns = query.size(2), key.size(2)
-            visible = torch.ones(rows, columns, dtype=torch.bool, device=query.device).tril(columns - rows)
-            mask = visible if mask is None else mask & visible
+    `masked_softmax_attention` (or the kernel `CPU_ATTENTION` names). `causal` with a mask, or in
+    our attention, becomes one boolean mask (PyTorch's kernels take a mask or `is_causal`, not both)."""
+    ours = query.device.type == "cpu" and CPU_ATTENTION == MASKED_SOFTMAX
+    if causal and (mask is not None or ours):  # query position t of T attends to the keys up to S - T + t
+        rows, columns = query.size(2), key.size(2)
+        visible = torch.ones(rows, columns, dtype=torch.bool, device=query.device).tril(columns - rows)
+        mask, causal = (visible if mask is None else mask & visible), False
+    if ours:
         return masked_softmax_attention(query, key, value, mask, dropout)
-    with sdpa_kernel(CPU_KERNELS[CPU_ATTENTION]):
+    kernels = sdpa_kernel(CPU_KERNELS[CPU_ATTENTION]) if query.device.type == "cpu" else nullcontext()
+    with kernels:
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
                                               is_causal=causal)
 
