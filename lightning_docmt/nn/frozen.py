@@ -17,7 +17,7 @@ contents and are encoded for themselves, so a control never reads the real conte
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -110,19 +110,23 @@ class FrozenRowEncoder(Frozen):
             self.cached_bytes += size
 
 
+def _names_inside_frozen(module: nn.Module, members: Callable[[nn.Module], Iterator[tuple[str, Any]]]) -> set[str]:
+    """The names, as `module` names them, of what `members(sub)` yields (a `named_*` method's pairs)
+    for each `Frozen` submodule `sub`, the submodule itself left out."""
+    return {f"{prefix}.{name}" if prefix else name
+            for prefix, sub in module.named_modules() if isinstance(sub, Frozen)
+            for name, _ in members(sub) if name}
+
+
 def frozen_parameter_names(module: nn.Module) -> set[str]:
     """The names (as `module.named_parameters()` gives them) of the parameters inside `Frozen`
     submodules: a stage's `trainable` globs never make them trainable."""
-    return {f"{prefix}.{name}" if prefix else name
-            for prefix, sub in module.named_modules() if isinstance(sub, Frozen)
-            for name, _ in sub.named_parameters()}
+    return _names_inside_frozen(module, nn.Module.named_parameters)
 
 
 def unfrozen_modules_in_eval(module: nn.Module) -> list[str]:
     """The names of `module`'s submodules in evaluation mode that no `Frozen` holds: a `Frozen`'s
     module is in evaluation mode on purpose (Lightning warns of every such module at the start of
     training; the suite warns of these only, `training/module.py`)."""
-    inside_frozen = {f"{prefix}.{name}" if prefix else name
-                     for prefix, sub in module.named_modules() if isinstance(sub, Frozen)
-                     for name, _ in sub.named_modules() if name}
+    inside_frozen = _names_inside_frozen(module, nn.Module.named_modules)
     return [name for name, sub in module.named_modules() if not sub.training and name not in inside_frozen]
