@@ -22,6 +22,7 @@ LIFENG_TABLE = ("lifeng2019/t2_main.yaml", "coattn_bpe")
 RNN_TABLE = ("yamagishi/t2_de_en.yaml", "sh_src")
 ZHANG_TABLE = ("zhang2018/t8_context_integration.yaml", "both")
 DONATO_TABLE = ("donato2021/t5_ablation.yaml", "bert_previous")
+WINDOW_LONGER = 2  # the stack over a three-sentence window trains twice the table's updates (test_learning_pas.py)
 # The Donato control's corpus: the source article of an introduction sentence marks the noun's gender
 # (data/synthetic.py). Same documents, items and labels as NAME, so the same context-free bounds.
 GENDERED_NAME = f"{NAME}&gendered_articles=1"
@@ -107,7 +108,7 @@ def coattn_run() -> tuple[str, list[str]]:
     return recipe_run(LIFENG_TABLE, header, SENT_STEPS)
 
 
-def pas_run(encoder_file: str, stream: str, stages: int | None = None) -> tuple[str, list[str]]:
+def pas_run(encoder_file: str, stream: str, stages: int | None = None, longer: int = 1) -> tuple[str, list[str]]:
     """Donato et al.'s parallel attention stack at Table 5's recipe (row `bert_previous`, the
     positive control of the `donato2021/` tables): the sentence Transformer (`sent`, 2+2 layers as
     the `cpu` profile), then one block over `stream` (a `context.streams` entry) alone on it, frozen
@@ -115,9 +116,14 @@ def pas_run(encoder_file: str, stream: str, stages: int | None = None) -> tuple[
     1-layer encoder of pretraining file `encoder_file` at its seeded random start (its tokenizer and
     sizes; `random_weights`), on the corpus whose source marks the antecedent's gender
     (GENDERED_NAME: docs/papers/donato2021.md section 8 gives why, and the recipes that failed);
-    `stages=1` is the Transformer alone."""
+    `stages=1` is the Transformer alone. `longer` > 1 trains the stack `longer` times the table's
+    updates, its warm-up unchanged (tests/learning/test_learning_recipe.py checks that factor)."""
     header = (f"model: {{arch: pas, enc_layers: 2, dec_layers: 2, stack: [{{stream: window, encoder: enc}}], "
               f"context_encoders: {{enc: {{checkpoint: 'pretrain:{encoder_file}', random_weights: true}}}}}}\n"
               f"context: {{streams: {{window: {stream}}}}}\n")
-    body, settings = recipe_run(DONATO_TABLE, header, SENT_STEPS, stages=stages)
+    changes = {}
+    if longer != 1:
+        share = next(stage.share for stage in table_recipe(*DONATO_TABLE).stages if stage.name == "stack")
+        changes["stack"] = {"max_steps": longer * round(share * SENT_STEPS)}
+    body, settings = recipe_run(DONATO_TABLE, header, SENT_STEPS, stages=stages, **changes)
     return body, [*settings, f"data.corpus=synthetic:{GENDERED_NAME}"]
