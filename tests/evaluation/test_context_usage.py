@@ -235,3 +235,18 @@ def test_a_suite_line_with_source_context_only_is_scored_by_a_model_reading_both
                "phenomenon": "test"}
     scores = score_suite(model, [example])
     assert len(scores[0]) == 2 and all(np.isfinite(scores[0])) and scores[0][0] != scores[0][1]
+
+
+@pytest.mark.parametrize("stream, reads_neighbours", [("{format: pair}", False), ("{format: pair, prev: 1}", True)])
+def test_a_stack_over_the_current_sentence_alone_has_a_cxmi_of_exactly_zero(tmp_path, stream, reads_neighbours):
+    """Donato et al.'s B_s(c) (and so Multi-source) reads the current sentence only: its stream keeps
+    that sentence under the no-context and random-context passes, so CXMI is exactly 0; B_s(p,c),
+    over the same frozen encoder, is not (the check can fail)."""
+    model = loaded_model(tmp_path, "model.arch=pas", "model.context_encoders.bert.checkpoint=minilm",
+                         f"context.streams.s={stream}", "model.stack=[{stream: s, encoder: bert}]")
+    (tmp_path / "stream_split").mkdir()
+    scores = usage(model, binarize_documents(DOCUMENTS, model, tmp_path / "stream_split"))
+    if reads_neighbours:
+        assert abs(scores["cxmi/rest"]) > 1e-4 and abs(scores["random_ctx/cxmi"]) > 1e-4, scores
+    else:
+        assert scores["cxmi"] == 0.0 and scores["random_ctx/cxmi"] == 0.0, scores
