@@ -68,10 +68,13 @@ def table_recipe(table: str, row: str) -> TableRecipe:
     return recipe_of(compose_row(EXPERIMENTS / table, row, profile=TABLE_PROFILE))
 
 
-def scaled(recipe: TableRecipe, first_steps: int, first_lr: float, **changes: dict) -> tuple[list[str], str]:
+def scaled(recipe: TableRecipe, first_steps: int, first_lr: float, longer: dict[str, int] | None = None,
+           **changes: dict) -> tuple[list[str], str]:
     """The learning test's settings and `train:` YAML for `recipe` at its scale: the first stage
-    trains `first_steps` updates at peak `first_lr`; `changes[name]` replaces stage settings (a
-    control's trainable globs, say)."""
+    trains `first_steps` updates at peak `first_lr`; a stage named in `longer` trains that many times
+    its scaled updates, its warm-up unchanged; `changes[name]` replaces stage settings (a control's
+    trainable globs, say)."""
+    longer = longer or {}
     settings = [f"train.optim.schedule={recipe.first.schedule}", f"train.max_steps={first_steps}",
                 f"train.optim.lr={first_lr}",
                 f"train.optim.warmup_steps={round(recipe.first.warmup_share * first_steps)}"]
@@ -80,7 +83,7 @@ def scaled(recipe: TableRecipe, first_steps: int, first_lr: float, **changes: di
         body = {k: v for k, v in stage.settings.items() if v not in (None, {}, False)}
         if stage is not recipe.first:
             steps = round(stage.share * first_steps)
-            body.update(max_steps=steps, lr=stage.lr_ratio * first_lr,
+            body.update(max_steps=steps * longer.get(stage.name, 1), lr=stage.lr_ratio * first_lr,
                         optim={"schedule": stage.schedule, "warmup_steps": round(stage.warmup_share * steps)})
         body.update(changes.get(stage.name, {}))
         stages[stage.name] = body

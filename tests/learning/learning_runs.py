@@ -37,13 +37,13 @@ SETTINGS += [f"train.precision={PRECISION}"] if PRECISION else []
 
 
 def recipe_run(table: tuple[str, str], header: str, first_steps: int, stages: int | None = None,
-               **changes: dict) -> tuple[str, list[str]]:
+               longer: dict[str, int] | None = None, **changes: dict) -> tuple[str, list[str]]:
     """The run config (YAML) and settings of `table`'s stage recipe at this file's scale: `header`
     (model and context), the table row's stages (the first `stages` of them) scaled so that the
-    first trains `first_steps` updates at peak LR; `changes` as in `learning_recipe.scaled`."""
+    first trains `first_steps` updates at peak LR; `longer` and `changes` as in `learning_recipe.scaled`."""
     recipe = table_recipe(*table)
     recipe = TableRecipe(recipe.stages[:stages]) if stages else recipe
-    settings, train_yaml = scaled(recipe, first_steps, LR, **changes)
+    settings, train_yaml = scaled(recipe, first_steps, LR, longer, **changes)
     return header + train_yaml, settings
 
 
@@ -121,9 +121,5 @@ def pas_run(encoder_file: str, stream: str, stages: int | None = None, longer: i
     header = (f"model: {{arch: pas, enc_layers: 2, dec_layers: 2, stack: [{{stream: window, encoder: enc}}], "
               f"context_encoders: {{enc: {{checkpoint: 'pretrain:{encoder_file}', random_weights: true}}}}}}\n"
               f"context: {{streams: {{window: {stream}}}}}\n")
-    changes = {}
-    if longer != 1:
-        share = next(stage.share for stage in table_recipe(*DONATO_TABLE).stages if stage.name == "stack")
-        changes["stack"] = {"max_steps": longer * round(share * SENT_STEPS)}
-    body, settings = recipe_run(DONATO_TABLE, header, SENT_STEPS, stages=stages, **changes)
+    body, settings = recipe_run(DONATO_TABLE, header, SENT_STEPS, stages=stages, longer={"stack": longer})
     return body, [*settings, f"data.corpus=synthetic:{GENDERED_NAME}"]
